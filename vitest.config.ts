@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    // Files run in parallel processes; each test uses its own schema, so order never matters.
+    pool: 'forks',
+    maxWorkers: 2,
+  },
+});
