@@ -1,0 +1,130 @@
+// rea's typed errors. Every error a user can cause names the problem and carries a stable `code`.
+
+export type ReaErrorCode =
+  | 'ERR_OPTIONS'
+  | 'ERR_UNKNOWN_EVENT_TYPE'
+  | 'ERR_PAYLOAD_INVALID'
+  | 'ERR_PAYLOAD_NOT_JSON'
+  | 'ERR_PAYLOAD_TOO_LARGE'
+  | 'ERR_UNSUPPORTED_TRANSACTION'
+  | 'ERR_DUPLICATE_HANDLER'
+  | 'ERR_BUS_STATE'
+  | 'ERR_MIGRATION'
+  | 'ERR_DATABASE'
+  | 'ERR_NOT_FOUND';
+
+export class ReaError extends Error {
+  readonly code: ReaErrorCode;
+  constructor(code: ReaErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** An option given to createBus, bus.on or a service is missing or out of range. */
+export class OptionsError extends ReaError {
+  constructor(readonly field: string, problem: string) {
+    super('ERR_OPTIONS', `invalid option ${field}: ${problem}`);
+  }
+}
+
+export class UnknownEventTypeError extends ReaError {
+  constructor(readonly type: string, known: readonly string[]) {
+    const list = known.length ? known.map((k) => `'${k}'`).join(', ') : '(none defined)';
+    super('ERR_UNKNOWN_EVENT_TYPE', `unknown event type '${type}'; defined types: ${list}`);
+  }
+}
+
+export interface PayloadIssue {
+  path: string;
+  message: string;
+}
+
+/** The payload failed the event type's schema. `issues[0].path` names the first bad field. */
+export class PayloadValidationError extends ReaError {
+  constructor(readonly type: string, readonly issues: PayloadIssue[]) {
+    const first = issues[0];
+    const where = first && first.path ? ` at ${first.path}` : '';
+    const more = issues.length > 1 ? ` (and ${issues.length - 1} more issue${issues.length > 2 ? 's' : ''})` : '';
+    super('ERR_PAYLOAD_INVALID', `payload for '${type}' is invalid${where}: ${first?.message ?? 'rejected by schema'}${more}`);
+  }
+}
+
+/** The payload holds a value JSON cannot carry faithfully (undefined, BigInt, function, cycle…). */
+export class PayloadNotJsonError extends ReaError {
+  constructor(readonly type: string, readonly path: string, problem: string) {
+    super('ERR_PAYLOAD_NOT_JSON', `payload for '${type}' cannot be stored as JSON at ${path || '(root)'}: ${problem}`);
+  }
+}
+
+export class PayloadTooLargeError extends ReaError {
+  constructor(readonly type: string, readonly bytes: number, readonly limit: number) {
+    super('ERR_PAYLOAD_TOO_LARGE', `payload for '${type}' is ${bytes} bytes, over the limit of ${limit} bytes (maxPayloadBytes)`);
+  }
+}
+
+/** record() was given something that is not an open transaction it can write into. */
+export class UnsupportedTransactionError extends ReaError {
+  constructor(message: string) {
+    super('ERR_UNSUPPORTED_TRANSACTION', message);
+  }
+}
+
+export class DuplicateHandlerError extends ReaError {
+  constructor(readonly handler: string) {
+    super('ERR_DUPLICATE_HANDLER', `a handler named '${handler}' is already registered; handler names must be unique`);
+  }
+}
+
+export class BusStateError extends ReaError {
+  constructor(message: string) {
+    super('ERR_BUS_STATE', message);
+  }
+}
+
+export class NotFoundError extends ReaError {
+  constructor(what: string) {
+    super('ERR_NOT_FOUND', `${what} not found`);
+  }
+}
+
+// ---- errors a handler throws to steer its own retries ----
+
+const PERMANENT = Symbol.for('rea.permanent');
+const RETRY_AFTER = Symbol.for('rea.retryAfter');
+
+/** Thrown by a handler: discard the job now, no more attempts. */
+export class PermanentError extends Error {
+  readonly [PERMANENT] = true;
+  constructor(readonly reason: unknown) {
+    super(reason instanceof Error ? reason.message : String(reason), { cause: reason });
+    this.name = 'PermanentError';
+  }
+}
+
+/** Thrown by a handler: retry after `delayMs` instead of the backoff schedule. */
+export class RetryAfterError extends Error {
+  readonly [RETRY_AFTER] = true;
+  constructor(readonly delayMs: number, reason?: unknown) {
+    super(reason === undefined ? `retry requested in ${delayMs} ms` : reason instanceof Error ? reason.message : String(reason), { cause: reason });
+    this.name = 'RetryAfterError';
+  }
+}
+
+export function permanent(reason: unknown): PermanentError {
+  return new PermanentError(reason);
+}
+
+export function retryAfter(delayMs: number, reason?: unknown): RetryAfterError {
+  if (!Number.isFinite(delayMs) || delayMs < 0) throw new OptionsError('retryAfter(delayMs)', `must be a finite number ≥ 0, got ${delayMs}`);
+  return new RetryAfterError(delayMs, reason);
+}
+
+export function isPermanent(err: unknown): err is PermanentError {
+  return typeof err === 'object' && err !== null && (err as Record<symbol, unknown>)[PERMANENT] === true;
+}
+
+export function isRetryAfter(err: unknown): err is RetryAfterError {
+  return typeof err === 'object' && err !== null && (err as Record<symbol, unknown>)[RETRY_AFTER] === true;
+}

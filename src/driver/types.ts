@@ -1,0 +1,186 @@
+// The Driver seam: everything relay, worker, maintenance and admin code needs from a database.
+// No pg, PGlite or mysql2 type crosses this seam; each driver owns its SQL and migrations.
+
+/** The least a database handle must offer: run one statement with positional parameters. */
+export interface Queryable {
+  query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: R[]; rowCount?: number | null }>;
+}
+
+export interface DriverCapabilities {
+  /** LISTEN/NOTIFY wake-ups across processes; without it, relay and workers poll. */
+  readonly listenNotify: boolean;
+  /** SELECT … FOR UPDATE SKIP LOCKED for claims. */
+  readonly skipLocked: boolean;
+  /** Several connections at once (PGlite is one connection, so one transaction at a time). */
+  readonly concurrentTransactions: boolean;
+  /** A short name for logs and errors: 'postgres', 'pglite', 'mysql'. */
+  readonly dialect: string;
+}
+
+export type JobState = 'available' | 'running' | 'completed' | 'retryable' | 'discarded' | 'cancelled';
+export const JOB_STATES: readonly JobState[] = ['available', 'running', 'completed', 'retryable', 'discarded', 'cancelled'];
+
+export type JobKind = 'handler' | 'webhook' | 'forward';
+
+export interface EventInsert {
+  id: string;
+  type: string;
+  subject: string | null;
+  /** The payload already serialized as JSON (validated and size-checked by the caller). */
+  payloadJson: string;
+  traceId: string | null;
+  createdBy: string | null;
+  version: number;
+}
+
+/** A subscription the relay routes to: an in-process handler registered by some bus. */
+export interface HandlerSubscription {
+  name: string;
+  /** Exact types and `prefix.*` patterns. */
+  patterns: string[];
+  coalesceSubject: boolean;
+  maxAttempts: number;
+  /** How long a claimed job is leased: handler timeout plus a margin, so live work is never rescued. */
+  leaseMs: number;
+  priority: number;
+}
+
+export interface FanOutResult {
+  /** Ids of the events marked fanned out in this round, oldest first. */
+  eventIds: string[];
+  /** Number of jobs inserted. */
+  jobs: number;
+}
+
+export interface StoredEvent {
+  id: string;
+  type: string;
+  subject: string | null;
+  payload: unknown;
+  traceId: string | null;
+  createdBy: string | null;
+  version: number;
+  createdAt: Date;
+}
+
+export interface ClaimedJob {
+  id: string;
+  kind: JobKind;
+  target: string;
+  attempt: number;
+  maxAttempts: number;
+  /** How many events this job stands for (more than one when the relay coalesced per subject). */
+  coalesced: number;
+  attemptedAt: Date;
+  event: StoredEvent;
+  /** False when the event row is gone (deleted by retention before the job ran). */
+  eventFound: boolean;
+}
+
+export interface JobErrorEntry {
+  at: string;
+  attempt: number;
+  message: string;
+  name?: string;
+  stack?: string;
+}
+
+export interface JobFailure {
+  id: string;
+  attempt: number;
+  /** 'retryable' schedules another attempt at `scheduledAt`; 'discarded' ends the job. */
+  state: 'retryable' | 'discarded';
+  scheduledAt: Date | null;
+  error: JobErrorEntry;
+}
+
+export interface ClaimTarget {
+  kind: JobKind;
+  target: string;
+  limit: number;
+}
+
+export interface StatusCounts {
+  backlog: number;
+  poisoned: number;
+  oldestUnfannedAt: Date | null;
+  jobs: Record<JobState, number>;
+}
+
+export interface EventRow extends StoredEvent {
+  fannedOutAt: Date | null;
+  fanAttempts: number;
+  poisonedAt: Date | null;
+  lastError: string | null;
+}
+
+export interface JobRow {
+  id: string;
+  eventId: string;
+  kind: JobKind;
+  target: string;
+  state: JobState;
+  attempt: number;
+  maxAttempts: number;
+  priority: number;
+  coalesced: number;
+  scheduledAt: Date;
+  attemptedAt: Date | null;
+  finalizedAt: Date | null;
+  leaseExpiresAt: Date | null;
+  createdAt: Date;
+  errors: JobErrorEntry[];
+}
+
+/**
+ * The statements rea runs, named entity + verb. Methods taking `q` run on a handle the caller
+ * chose (the user's transaction, or one of rea's); the others run on the driver's own pool.
+ * `now` is injectable everywhere time matters; null means the database clock.
+ */
+export interface Executor {
+  eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void>;
+  /** Claim ≤ limit unfanned events (skip locked, oldest first), insert their jobs, mark them fanned. */
+  eventFanOut(q: Queryable, params: { limit: number; onlyId?: string; now: Date | null }): Promise<FanOutResult>;
+  /** Oldest unfanned, unpoisoned event ids, for the row-by-row retry of a failed round. */
+  eventListUnfanned(params: { limit: number }): Promise<string[]>;
+  /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */
+  eventRecordFanFailure(params: { id: string; error: string; maxFanAttempts: number; now: Date | null }): Promise<{ poisoned: boolean }>;
+  eventRequeue(params: { ids?: string[]; poisoned?: boolean }): Promise<string[]>;
+  eventGet(params: { id: string }): Promise<EventRow | null>;
+
+  handlerUpsertMany(handlers: HandlerSubscription[]): Promise<void>;
+
+  jobClaim(params: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]>;
+  /** Complete running jobs; a job whose attempt moved on (it was rescued) is left alone. */
+  jobCompleteMany(q: Queryable | null, params: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number>;
+  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<number>;
+  /** Return running jobs whose lease expired to the queue (or discard them when out of attempts). */
+  jobRescue(params: { limit: number; now: Date | null }): Promise<{ rescued: number; discarded: number }>;
+  jobListForEvent(params: { eventId: string }): Promise<JobRow[]>;
+
+  /** Insert the consume record; false when it already existed (the effect already committed). */
+  consumeInsert(q: Queryable, params: { eventId: string; handler: string }): Promise<boolean>;
+
+  /** Take or renew the leader lease; true when `leaderId` holds it afterwards. */
+  leaderAttemptElect(params: { leaderId: string; ttlMs: number; now: Date | null }): Promise<boolean>;
+  leaderResign(params: { leaderId: string }): Promise<void>;
+
+  statusCounts(): Promise<StatusCounts>;
+}
+
+export interface Driver {
+  readonly capabilities: DriverCapabilities;
+  readonly schema: string;
+  readonly executor: Executor;
+  /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
+  migrate(): Promise<{ applied: number[] }>;
+  /** Run fn in a transaction on one of rea's own connections. */
+  transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T>;
+  /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */
+  unwrapTransaction(tx: unknown): Queryable;
+  /** Run one statement on the driver's pool (for admin scripts and tests). */
+  query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: R[] }>;
+  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+  notify(channel: string, payload: string): Promise<void>;
+  close(): Promise<void>;
+}

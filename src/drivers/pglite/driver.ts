@@ -1,0 +1,70 @@
+// The embedded driver: PostgreSQL compiled to WASM, in-process. It reuses the PostgreSQL SQL.
+// PGlite is one connection, so rea's transactions and the application's queue behind each other.
+import { PGlite } from '@electric-sql/pglite';
+import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
+import { unwrapPGliteTransaction } from '../../tx/pglite.js';
+import { quoteSchema, runMigrations } from '../postgres/common.js';
+import { PostgresExecutor } from '../postgres/executor.js';
+import { postgresStatements } from '../postgres/sql.js';
+
+export interface PGliteDriverOptions {
+  /** A data directory (created if missing), 'memory://' for in-memory, or a PGlite instance the application owns. */
+  database: string | PGlite;
+  schema: string;
+}
+
+export class PGliteDriver implements Driver {
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: false, dialect: 'pglite' };
+  readonly schema: string;
+  readonly executor: PostgresExecutor;
+  private readonly db: PGlite;
+  private readonly ownsDb: boolean;
+  private readonly sql: ReturnType<typeof postgresStatements>;
+
+  constructor(options: PGliteDriverOptions) {
+    this.schema = options.schema;
+    this.sql = postgresStatements(quoteSchema(options.schema));
+    if (typeof options.database === 'string') {
+      this.db = new PGlite(options.database);
+      this.ownsDb = true;
+    } else {
+      this.db = options.database;
+      this.ownsDb = false;
+    }
+    const pool: Queryable = { query: (text, params) => this.db.query(text, params) as never };
+    this.executor = new PostgresExecutor(pool, this.sql);
+  }
+
+  async migrate(): Promise<{ applied: number[] }> {
+    const applied = await this.db.transaction((tx) => runMigrations(tx as unknown as Queryable, (text) => tx.exec(text), this.schema));
+    return { applied };
+  }
+
+  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T> {
+    return this.db.transaction((tx) => fn(tx as unknown as Queryable, tx));
+  }
+
+  unwrapTransaction(tx: unknown): Queryable {
+    return unwrapPGliteTransaction(tx);
+  }
+
+  async query<R>(text: string, params?: unknown[]) {
+    const res = await this.db.query<R>(text, params);
+    return { rows: res.rows };
+  }
+
+  async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
+    const unlisten = await this.db.listen(channel, onNotify);
+    return async () => {
+      if (!this.db.closed) await unlisten();
+    };
+  }
+
+  async notify(channel: string, payload: string): Promise<void> {
+    await this.db.query(this.sql.notify, [channel, payload]);
+  }
+
+  async close(): Promise<void> {
+    if (this.ownsDb && !this.db.closed) await this.db.close();
+  }
+}

@@ -1,0 +1,40 @@
+// What the pg and PGlite drivers share: schema quoting and the migration runner.
+import { OptionsError, ReaError } from '../../core/errors.js';
+import type { Queryable } from '../../driver/types.js';
+import { migrationStatements as m } from './sql.js';
+import { migrations } from './migrations/index.js';
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+export function quoteSchema(schema: string): string {
+  if (!SCHEMA_NAME.test(schema)) {
+    throw new OptionsError('schema', `'${schema}' is not a plain lower-case identifier (letters, digits, _; at most 63)`);
+  }
+  return `"${schema}"`;
+}
+
+/** Apply pending migrations inside one transaction that holds an advisory lock, so concurrent migrators queue. */
+export async function runMigrations(q: Queryable, exec: (sql: string) => Promise<unknown>, schema: string): Promise<number[]> {
+  const s = quoteSchema(schema);
+  await q.query(m.lock, [schema]);
+  await q.query(m.createSchema(s));
+  await q.query(m.createTable(s));
+  const { rows } = await q.query<{ version: number }>(m.applied(s));
+  const done = new Set(rows.map((r) => r.version));
+  const applied: number[] = [];
+  for (const migration of migrations) {
+    if (done.has(migration.version)) continue;
+    try {
+      await exec(migration.sql.replaceAll('{schema}', s));
+    } catch (err) {
+      throw new ReaError('ERR_MIGRATION', `migration ${migration.version} (${migration.name}) failed in schema ${schema}: ${(err as Error).message}`, { cause: err });
+    }
+    await q.query(m.insert(s), [migration.version, migration.name]);
+    applied.push(migration.version);
+  }
+  return applied;
+}
+
+export function notifyChannel(schema: string): string {
+  return `rea_${schema}`;
+}

@@ -1,0 +1,138 @@
+// The PostgreSQL driver on node-postgres: a pool for rea's own work, a dedicated connection for LISTEN.
+import pg from 'pg';
+import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
+import { unwrapPostgresTransaction } from '../../tx/postgres.js';
+import { quoteSchema, runMigrations } from './common.js';
+import { PostgresExecutor } from './executor.js';
+import { postgresStatements } from './sql.js';
+
+export interface PostgresDriverOptions {
+  /** A connection string, or a pg.Pool the application already owns (rea will not end it). */
+  connection: string | pg.Pool;
+  schema: string;
+  /** Pool size when rea creates the pool. */
+  poolSize: number;
+  onError: (err: Error, where: string) => void;
+}
+
+export class PostgresDriver implements Driver {
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, dialect: 'postgres' };
+  readonly schema: string;
+  readonly executor: PostgresExecutor;
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly connectionString: string | undefined;
+  private readonly sql: ReturnType<typeof postgresStatements>;
+  private listeners: { close: () => Promise<void> }[] = [];
+
+  constructor(private readonly options: PostgresDriverOptions) {
+    this.schema = options.schema;
+    const s = quoteSchema(options.schema);
+    this.sql = postgresStatements(s);
+    if (typeof options.connection === 'string') {
+      this.connectionString = options.connection;
+      this.pool = new pg.Pool({ connectionString: options.connection, max: options.poolSize, application_name: 'rea' });
+      this.ownsPool = true;
+    } else {
+      this.pool = options.connection;
+      this.ownsPool = false;
+    }
+    // An idle client that loses its connection must not crash the process.
+    this.pool.on('error', (err) => options.onError(err, 'pool'));
+    this.executor = new PostgresExecutor(this.pool, this.sql);
+  }
+
+  async migrate(): Promise<{ applied: number[] }> {
+    const applied = await this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema));
+    return { applied };
+  }
+
+  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const result = await fn(client, client);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      try {
+        await client.query('ROLLBACK');
+      } catch (rollbackErr) {
+        broken = rollbackErr as Error; // the connection is gone; do not return it to the pool
+      }
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  unwrapTransaction(tx: unknown): Queryable {
+    return unwrapPostgresTransaction(tx);
+  }
+
+  async query<R>(text: string, params?: unknown[]) {
+    const res = await this.pool.query(text, params as unknown[]);
+    return { rows: res.rows as R[] };
+  }
+
+  async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
+    let closed = false;
+    let client: pg.Client | undefined;
+    let retryTimer: NodeJS.Timeout | undefined;
+    const connect = async (): Promise<void> => {
+      const c = this.connectionString
+        ? new pg.Client({ connectionString: this.connectionString, application_name: 'rea-listen' })
+        : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'rea-listen' });
+      c.on('notification', (msg) => {
+        if (msg.channel === channel) onNotify(msg.payload ?? '');
+      });
+      c.on('error', (err) => {
+        this.options.onError(err, 'listen');
+        c.end().catch(() => {});
+        if (!closed) scheduleReconnect();
+      });
+      await c.connect();
+      await c.query(`LISTEN "${channel}"`);
+      client = c;
+      // Anything recorded while we were not listening is found by the next poll; nudge it now.
+      onNotify('reconnected');
+    };
+    const scheduleReconnect = () => {
+      client = undefined;
+      clearTimeout(retryTimer);
+      retryTimer = setTimeout(() => {
+        connect().catch((err) => {
+          this.options.onError(err as Error, 'listen');
+          if (!closed) scheduleReconnect();
+        });
+      }, 1000);
+      retryTimer.unref();
+    };
+    try {
+      await connect();
+    } catch (err) {
+      this.options.onError(err as Error, 'listen');
+      scheduleReconnect();
+    }
+    const handle = {
+      close: async () => {
+        closed = true;
+        clearTimeout(retryTimer);
+        await client?.end().catch(() => {});
+      },
+    };
+    this.listeners.push(handle);
+    return handle.close;
+  }
+
+  async notify(channel: string, payload: string): Promise<void> {
+    await this.pool.query(this.sql.notify, [channel, payload]);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.listeners.map((l) => l.close()));
+    this.listeners = [];
+    if (this.ownsPool) await this.pool.end();
+  }
+}

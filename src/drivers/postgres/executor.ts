@@ -1,0 +1,159 @@
+// The Executor for PostgreSQL dialects (pg and PGlite share it): runs the named statements and
+// maps rows to rea's own types.
+import type {
+  ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutResult, HandlerSubscription,
+  JobFailure, JobRow, JobState, Queryable, StatusCounts,
+} from '../../driver/types.js';
+import { JOB_STATES } from '../../driver/types.js';
+import { patternToLike } from './patterns.js';
+import type { PostgresStatements } from './sql.js';
+
+type Row = Record<string, any>;
+
+export class PostgresExecutor implements Executor {
+  constructor(private readonly pool: Queryable, private readonly sql: PostgresStatements) {}
+
+  async eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void> {
+    if (events.length === 0) return;
+    if (events.length === 1) {
+      const e = events[0]!;
+      await q.query(this.sql.eventInsertOne, [e.id, e.type, e.subject, e.payloadJson, e.traceId, e.createdBy, e.version]);
+      return;
+    }
+    await q.query(this.sql.eventInsertMany, [
+      events.map((e) => e.id), events.map((e) => e.type), events.map((e) => e.subject),
+      events.map((e) => e.payloadJson), events.map((e) => e.traceId), events.map((e) => e.createdBy),
+      events.map((e) => e.version),
+    ]);
+  }
+
+  async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null }): Promise<FanOutResult> {
+    const { rows } = p.onlyId
+      ? await q.query<Row>(this.sql.eventFanOutOne, [p.limit, p.now, p.onlyId])
+      : await q.query<Row>(this.sql.eventFanOut, [p.limit, p.now]);
+    const row = rows[0]!;
+    return { eventIds: row.event_ids as string[], jobs: row.jobs as number };
+  }
+
+  async eventListUnfanned(p: { limit: number }): Promise<string[]> {
+    const { rows } = await this.pool.query<Row>(this.sql.eventListUnfanned, [p.limit]);
+    return rows.map((r) => r.id as string);
+  }
+
+  async eventRecordFanFailure(p: { id: string; error: string; maxFanAttempts: number; now: Date | null }) {
+    const { rows } = await this.pool.query<Row>(this.sql.eventRecordFanFailure, [p.id, p.error, p.maxFanAttempts, p.now]);
+    return { poisoned: rows[0]?.poisoned === true };
+  }
+
+  async eventRequeue(p: { ids?: string[]; poisoned?: boolean }): Promise<string[]> {
+    const { rows } = p.poisoned
+      ? await this.pool.query<Row>(this.sql.eventRequeuePoisoned)
+      : await this.pool.query<Row>(this.sql.eventRequeueByIds, [p.ids ?? []]);
+    return rows.map((r) => r.id as string);
+  }
+
+  async eventGet(p: { id: string }): Promise<EventRow | null> {
+    const { rows } = await this.pool.query<Row>(this.sql.eventGet, [p.id]);
+    const r = rows[0];
+    if (!r) return null;
+    return {
+      id: r.id, type: r.type, subject: r.subject, payload: r.payload, traceId: r.trace_id,
+      createdBy: r.created_by, version: r.version, createdAt: r.created_at, fannedOutAt: r.fanned_out_at,
+      fanAttempts: r.fan_attempts, poisonedAt: r.poisoned_at, lastError: r.last_error,
+    };
+  }
+
+  async handlerUpsertMany(handlers: HandlerSubscription[]): Promise<void> {
+    if (handlers.length === 0) return;
+    const sep = String.fromCharCode(31);
+    await this.pool.query(this.sql.handlerUpsertMany, [
+      handlers.map((h) => h.name),
+      handlers.map((h) => h.patterns.join(sep)),
+      handlers.map((h) => h.patterns.map(patternToLike).join(sep)),
+      handlers.map((h) => h.coalesceSubject),
+      handlers.map((h) => h.maxAttempts),
+      handlers.map((h) => h.leaseMs),
+      handlers.map((h) => h.priority),
+    ]);
+  }
+
+  async jobClaim(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]> {
+    if (p.targets.length === 0 || p.limit <= 0) return [];
+    const { rows } = await this.pool.query<Row>(this.sql.jobClaim, [
+      p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
+      p.limit, p.now, p.workerId,
+    ]);
+    return rows.map((r) => ({
+      id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
+      coalesced: r.coalesced, attemptedAt: r.attempted_at,
+      event: {
+        id: r.event_id, type: r.event_found ? r.type : '', subject: r.subject ?? null, payload: r.payload ?? null,
+        traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
+        createdAt: r.created_at ?? null,
+      },
+      eventFound: r.event_found === true,
+    }));
+  }
+
+  async jobCompleteMany(q: Queryable | null, p: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number> {
+    if (p.jobs.length === 0) return 0;
+    const res = await (q ?? this.pool).query(this.sql.jobCompleteMany, [p.jobs.map((j) => j.id), p.jobs.map((j) => j.attempt), p.now]);
+    return affected(res);
+  }
+
+  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<number> {
+    if (p.failures.length === 0) return 0;
+    const f = p.failures;
+    const res = await this.pool.query(this.sql.jobFailMany, [
+      f.map((x) => x.id), f.map((x) => x.attempt), f.map((x) => x.state), f.map((x) => x.scheduledAt),
+      f.map((x) => JSON.stringify(x.error)), p.now,
+    ]);
+    return affected(res);
+  }
+
+  async jobRescue(p: { limit: number; now: Date | null }) {
+    const { rows } = await this.pool.query<Row>(this.sql.jobRescue, [p.limit, p.now]);
+    const discarded = rows.filter((r) => r.state === 'discarded').length;
+    return { rescued: rows.length - discarded, discarded };
+  }
+
+  async jobListForEvent(p: { eventId: string }): Promise<JobRow[]> {
+    const { rows } = await this.pool.query<Row>(this.sql.jobListForEvent, [p.eventId]);
+    return rows.map(mapJob);
+  }
+
+  async consumeInsert(q: Queryable, p: { eventId: string; handler: string }): Promise<boolean> {
+    const { rows } = await q.query(this.sql.consumeInsert, [p.eventId, p.handler]);
+    return rows.length === 1;
+  }
+
+  async leaderAttemptElect(p: { leaderId: string; ttlMs: number; now: Date | null }): Promise<boolean> {
+    const { rows } = await this.pool.query<Row>(this.sql.leaderAttemptElect, [p.leaderId, p.ttlMs, p.now]);
+    return rows[0]?.leader_id === p.leaderId;
+  }
+
+  async leaderResign(p: { leaderId: string }): Promise<void> {
+    await this.pool.query(this.sql.leaderResign, [p.leaderId]);
+  }
+
+  async statusCounts(): Promise<StatusCounts> {
+    const { rows } = await this.pool.query<Row>(this.sql.statusCounts);
+    const r = rows[0]!;
+    const jobs = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
+    for (const [state, n] of Object.entries((r.jobs ?? {}) as Record<string, number>)) jobs[state as JobState] = n;
+    return { backlog: r.backlog, poisoned: r.poisoned, oldestUnfannedAt: r.oldest_unfanned_at ?? null, jobs };
+  }
+}
+
+function affected(res: { rowCount?: number | null; affectedRows?: number }): number {
+  return res.rowCount ?? (res as { affectedRows?: number }).affectedRows ?? 0;
+}
+
+export function mapJob(r: Row): JobRow {
+  return {
+    id: r.id, eventId: r.event_id, kind: r.kind, target: r.target, state: r.state, attempt: r.attempt,
+    maxAttempts: r.max_attempts, priority: r.priority, coalesced: r.coalesced, scheduledAt: r.scheduled_at,
+    attemptedAt: r.attempted_at, finalizedAt: r.finalized_at, leaseExpiresAt: r.lease_expires_at,
+    createdAt: r.created_at, errors: r.errors ?? [],
+  };
+}

@@ -1,0 +1,91 @@
+// PostgreSQL migrations, numbered and append-only. `{schema}` is replaced by the quoted schema name.
+// Never edit a shipped migration: add the next number.
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const migrations: Migration[] = [
+  {
+    version: 1,
+    name: 'initial',
+    sql: /* sql */ `
+create table {schema}.events (
+  id            uuid primary key,
+  type          text not null,
+  subject       text,
+  payload       jsonb not null,
+  trace_id      text,
+  created_by    text,
+  version       integer not null default 1,
+  created_at    timestamptz not null default now(),
+  fanned_out_at timestamptz,
+  fan_attempts  integer not null default 0,
+  poisoned_at   timestamptz,
+  last_error    text
+) with (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+
+-- Only live rows are indexed, so a claim costs the same however much history the table holds.
+create index events_unfanned_idx on {schema}.events (id)
+  where fanned_out_at is null and poisoned_at is null;
+create index events_poisoned_idx on {schema}.events (poisoned_at)
+  where poisoned_at is not null;
+
+create table {schema}.jobs (
+  id               bigint generated always as identity primary key,
+  event_id         uuid not null,
+  kind             text not null check (kind in ('handler', 'webhook', 'forward')),
+  target           text not null,
+  state            text not null default 'available'
+                   check (state in ('available', 'running', 'completed', 'retryable', 'discarded', 'cancelled')),
+  attempt          integer not null default 0,
+  max_attempts     integer not null check (max_attempts > 0),
+  priority         smallint not null default 0,
+  coalesced        integer not null default 1,
+  lease_ms         integer not null check (lease_ms > 0),
+  scheduled_at     timestamptz not null default now(),
+  attempted_at     timestamptz,
+  attempted_by     text,
+  finalized_at     timestamptz,
+  lease_expires_at timestamptz,
+  errors           jsonb not null default '[]'::jsonb,
+  created_at       timestamptz not null default now()
+);
+
+create index jobs_claim_idx on {schema}.jobs (kind, target, priority, scheduled_at, id)
+  where state in ('available', 'retryable');
+create index jobs_lease_idx on {schema}.jobs (lease_expires_at)
+  where state = 'running';
+create index jobs_event_idx on {schema}.jobs (event_id);
+create index jobs_finalized_idx on {schema}.jobs (state, finalized_at)
+  where finalized_at is not null;
+
+create table {schema}.consumes (
+  event_id    uuid not null,
+  handler     text not null,
+  consumed_at timestamptz not null default now(),
+  primary key (event_id, handler)
+);
+
+create table {schema}.handlers (
+  name             text primary key,
+  patterns         text[] not null,
+  like_patterns    text[] not null,
+  coalesce_subject boolean not null default false,
+  max_attempts     integer not null,
+  lease_ms         integer not null,
+  priority         smallint not null default 0,
+  updated_at       timestamptz not null default now()
+);
+
+create table {schema}.leader (
+  name       text primary key,
+  leader_id  text not null,
+  elected_at timestamptz not null,
+  expires_at timestamptz not null
+);
+`,
+  },
+];

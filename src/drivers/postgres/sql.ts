@@ -1,0 +1,218 @@
+// Every SQL statement the PostgreSQL and PGlite drivers run, named after the executor method that
+// runs it. `s` is the already-quoted schema. Time comes in as a parameter: coalesce($now, now()).
+
+export function postgresStatements(s: string) {
+  const fanOut = (filter: string) => /* sql */ `
+with claimed as (
+  select id, type, coalesce(subject, id::text) as coalesce_key
+  from ${s}.events
+  where fanned_out_at is null and poisoned_at is null ${filter}
+  order by id
+  limit $1
+  for update skip locked
+), routed as (
+  select c.id as event_id, c.coalesce_key, h.name, h.coalesce_subject, h.max_attempts, h.lease_ms, h.priority
+  from claimed c
+  join ${s}.handlers h on c.type like any (h.like_patterns)
+), picked as (
+  select event_id, name, max_attempts, lease_ms, priority, 1 as coalesced
+  from routed where not coalesce_subject
+  union all
+  (select distinct on (name, coalesce_key)
+     event_id, name, max_attempts, lease_ms, priority,
+     (count(*) over (partition by name, coalesce_key))::int as coalesced
+   from routed where coalesce_subject
+   order by name, coalesce_key, event_id desc)
+), inserted as (
+  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
+  select event_id, 'handler', name, max_attempts, lease_ms, priority, coalesced, coalesce($2::timestamptz, now())
+  from picked
+  order by event_id
+  returning 1
+), fanned as (
+  update ${s}.events e
+  set fanned_out_at = coalesce($2::timestamptz, now())
+  from claimed c
+  where e.id = c.id
+  returning e.id
+)
+select coalesce((select array_agg(id order by id) from fanned), '{}')::text[] as event_ids,
+       (select count(*) from inserted)::int as jobs`;
+
+  return {
+    eventInsertOne: /* sql */ `
+insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
+values ($1, $2, $3, $4::jsonb, $5, $6, $7)`,
+
+    eventInsertMany: /* sql */ `
+insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
+select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
+
+    eventFanOut: fanOut(''),
+    eventFanOutOne: fanOut('and id = $3::uuid'),
+
+    eventListUnfanned: /* sql */ `
+select id::text as id from ${s}.events
+where fanned_out_at is null and poisoned_at is null
+order by id limit $1`,
+
+    eventRecordFanFailure: /* sql */ `
+update ${s}.events
+set fan_attempts = fan_attempts + 1,
+    last_error = $2,
+    poisoned_at = case when fan_attempts + 1 >= $3 then coalesce($4::timestamptz, now()) end
+where id = $1::uuid and fanned_out_at is null and poisoned_at is null
+returning poisoned_at is not null as poisoned`,
+
+    eventRequeueByIds: /* sql */ `
+update ${s}.events set poisoned_at = null, fan_attempts = 0, last_error = null
+where id = any($1::uuid[]) and poisoned_at is not null
+returning id::text as id`,
+
+    eventRequeuePoisoned: /* sql */ `
+update ${s}.events set poisoned_at = null, fan_attempts = 0, last_error = null
+where poisoned_at is not null
+returning id::text as id`,
+
+    eventGet: /* sql */ `
+select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
+       fanned_out_at, fan_attempts, poisoned_at, last_error
+from ${s}.events where id = $1::uuid`,
+
+    handlerUpsertMany: /* sql */ `
+insert into ${s}.handlers (name, patterns, like_patterns, coalesce_subject, max_attempts, lease_ms, priority, updated_at)
+select d.name, string_to_array(d.patterns, chr(31)), string_to_array(d.like_patterns, chr(31)),
+       d.coalesce_subject, d.max_attempts, d.lease_ms, d.priority, now()
+from unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::int[], $6::int[], $7::int[])
+  as d(name, patterns, like_patterns, coalesce_subject, max_attempts, lease_ms, priority)
+on conflict (name) do update set
+  patterns = excluded.patterns, like_patterns = excluded.like_patterns,
+  coalesce_subject = excluded.coalesce_subject, max_attempts = excluded.max_attempts,
+  lease_ms = excluded.lease_ms, priority = excluded.priority, updated_at = excluded.updated_at
+where (${s}.handlers.patterns, ${s}.handlers.coalesce_subject, ${s}.handlers.max_attempts,
+       ${s}.handlers.lease_ms, ${s}.handlers.priority)
+  is distinct from (excluded.patterns, excluded.coalesce_subject, excluded.max_attempts,
+       excluded.lease_ms, excluded.priority)`,
+
+    jobClaim: /* sql */ `
+with targets as (
+  select * from unnest($1::text[], $2::text[], $3::int[]) as t(kind, target, lim)
+), picked as (
+  select j.id, j.priority, j.scheduled_at
+  from targets t
+  cross join lateral (
+    select id, priority, scheduled_at from ${s}.jobs
+    where state in ('available', 'retryable')
+      and kind = t.kind and target = t.target
+      and scheduled_at <= coalesce($5::timestamptz, now())
+    order by priority, scheduled_at, id
+    limit t.lim
+    for update skip locked
+  ) j
+  order by j.priority, j.scheduled_at, j.id
+  limit $4
+), claimed as (
+  update ${s}.jobs j
+  set state = 'running',
+      attempt = j.attempt + 1,
+      attempted_at = coalesce($5::timestamptz, now()),
+      attempted_by = $6,
+      lease_expires_at = coalesce($5::timestamptz, now()) + j.lease_ms * interval '1 millisecond'
+  from picked
+  where j.id = picked.id
+  returning j.id, j.event_id, j.kind, j.target, j.attempt, j.max_attempts, j.coalesced, j.attempted_at
+)
+select c.id::text as id, c.kind, c.target, c.attempt, c.max_attempts, c.coalesced, c.attempted_at,
+       c.event_id::text as event_id, e.type, e.subject, e.payload, e.trace_id, e.created_by,
+       e.version, e.created_at, e.id is not null as event_found
+from claimed c
+left join ${s}.events e on e.id = c.event_id
+order by c.id`,
+
+    jobCompleteMany: /* sql */ `
+update ${s}.jobs j
+set state = 'completed', finalized_at = coalesce($3::timestamptz, now()), lease_expires_at = null
+from unnest($1::bigint[], $2::int[]) as d(id, attempt)
+where j.id = d.id and j.attempt = d.attempt and j.state = 'running'`,
+
+    jobFailMany: /* sql */ `
+update ${s}.jobs j
+set state = d.state,
+    scheduled_at = coalesce(d.scheduled_at, j.scheduled_at),
+    finalized_at = case when d.state = 'discarded' then coalesce($6::timestamptz, now()) end,
+    lease_expires_at = null,
+    errors = j.errors || jsonb_build_array(d.error)
+from unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[])
+  as d(id, attempt, state, scheduled_at, error)
+where j.id = d.id and j.attempt = d.attempt and j.state = 'running'`,
+
+    jobRescue: /* sql */ `
+with stuck as (
+  select id from ${s}.jobs
+  where state = 'running' and lease_expires_at < coalesce($2::timestamptz, now())
+  order by lease_expires_at
+  limit $1
+  for update skip locked
+)
+update ${s}.jobs j
+set state = case when j.attempt >= j.max_attempts then 'discarded' else 'retryable' end,
+    scheduled_at = coalesce($2::timestamptz, now()),
+    finalized_at = case when j.attempt >= j.max_attempts then coalesce($2::timestamptz, now()) end,
+    lease_expires_at = null,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+      'at', coalesce($2::timestamptz, now()), 'attempt', j.attempt, 'name', 'LeaseExpired',
+      'message', 'lease expired: the worker stopped (crash, kill or lost connection) before finishing'))
+from stuck
+where j.id = stuck.id
+returning j.state`,
+
+    jobListForEvent: /* sql */ `
+select id::text as id, event_id::text as event_id, kind, target, state, attempt, max_attempts, priority,
+       coalesced, scheduled_at, attempted_at, finalized_at, lease_expires_at, created_at, errors
+from ${s}.jobs where event_id = $1::uuid order by id`,
+
+    consumeInsert: /* sql */ `
+insert into ${s}.consumes (event_id, handler) values ($1::uuid, $2)
+on conflict do nothing
+returning 1`,
+
+    leaderAttemptElect: /* sql */ `
+insert into ${s}.leader as l (name, leader_id, elected_at, expires_at)
+values ('default', $1, coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()) + $2 * interval '1 millisecond')
+on conflict (name) do update set
+  leader_id = excluded.leader_id,
+  elected_at = case when l.leader_id = excluded.leader_id then l.elected_at else excluded.elected_at end,
+  expires_at = excluded.expires_at
+where l.leader_id = excluded.leader_id or l.expires_at < excluded.elected_at
+returning leader_id`,
+
+    leaderResign: /* sql */ `
+delete from ${s}.leader where name = 'default' and leader_id = $1`,
+
+    statusCounts: /* sql */ `
+select
+  (select count(*) from ${s}.events where fanned_out_at is null and poisoned_at is null)::int as backlog,
+  (select count(*) from ${s}.events where poisoned_at is not null)::int as poisoned,
+  (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
+     order by id limit 1) as oldest_unfanned_at,
+  (select coalesce(jsonb_object_agg(state, n), '{}'::jsonb)
+     from (select state, count(*)::int as n from ${s}.jobs group by state) c) as jobs`,
+
+    notify: /* sql */ `select pg_notify($1, $2)`,
+  };
+}
+
+export type PostgresStatements = ReturnType<typeof postgresStatements>;
+
+export const migrationStatements = {
+  lock: /* sql */ `select pg_advisory_xact_lock(hashtext('rea.migrate:' || $1))`,
+  createSchema: (s: string) => /* sql */ `create schema if not exists ${s}`,
+  createTable: (s: string) => /* sql */ `
+create table if not exists ${s}.migrations (
+  version    integer primary key,
+  name       text not null,
+  applied_at timestamptz not null default now()
+)`,
+  applied: (s: string) => /* sql */ `select version from ${s}.migrations order by version`,
+  insert: (s: string) => /* sql */ `insert into ${s}.migrations (version, name) values ($1, $2)`,
+};
