@@ -1,0 +1,38 @@
+// Standard Webhooks secrets: `whsec_` + base64 key bytes. rea generates them, checks the ones
+// it is given, and shows only a short hint so a stored secret is never read back in full.
+import { randomBytes } from 'node:crypto';
+import { WebhookSecretError } from './errors.js';
+
+export const SECRET_PREFIX = 'whsec_';
+/** Bytes of key material in a secret rea generates. */
+export const GENERATED_SECRET_BYTES = 32;
+/** The fewest key bytes rea accepts in a secret it is given (the issue's "≥ 24 random bytes"). */
+export const MIN_SECRET_BYTES = 24;
+
+// Standard base64 alphabet, padding optional (the spec's own example secret has none).
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
+
+export function generateSecret(): string {
+  return SECRET_PREFIX + randomBytes(GENERATED_SECRET_BYTES).toString('base64');
+}
+
+/** Checks a secret's shape and returns its key bytes; throws WebhookSecretError (without the secret). */
+export function parseSecret(secret: string): Buffer {
+  if (typeof secret !== 'string') throw new WebhookSecretError(`expected a string, got ${secret === null ? 'null' : typeof secret}`);
+  if (!secret.startsWith(SECRET_PREFIX)) throw new WebhookSecretError(`must start with '${SECRET_PREFIX}'`);
+  const encoded = secret.slice(SECRET_PREFIX.length);
+  // Buffer.from(…, 'base64') skips characters it does not know, so check the alphabet first.
+  if (encoded.length === 0 || !BASE64.test(encoded) || encoded.length % 4 === 1) {
+    throw new WebhookSecretError(`the part after '${SECRET_PREFIX}' must be standard base64`);
+  }
+  const key = Buffer.from(encoded, 'base64');
+  if (key.length < MIN_SECRET_BYTES) {
+    throw new WebhookSecretError(`decodes to ${key.length} bytes; at least ${MIN_SECRET_BYTES} are required`);
+  }
+  return key;
+}
+
+/** The last 4 characters, for showing which secret is which; '' when the input is too short to hint safely. */
+export function secretHint(secret: string): string {
+  return typeof secret === 'string' && secret.length >= 16 ? secret.slice(-4) : '';
+}
