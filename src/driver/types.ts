@@ -180,6 +180,8 @@ export interface Driver {
   unwrapTransaction(tx: unknown): Queryable;
   /** Run one statement on the driver's pool (for admin scripts and tests). */
   query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: R[] }>;
+  /** Connection lost, server restarting, serialization failure: worth retrying later, not the row's fault. */
+  isTransientError(err: unknown): boolean;
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   notify(channel: string, payload: string): Promise<void>;
   close(): Promise<void>;

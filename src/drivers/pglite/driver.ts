@@ -3,7 +3,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
-import { quoteSchema, runMigrations } from '../postgres/common.js';
+import { isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { postgresStatements } from '../postgres/sql.js';
 
@@ -51,6 +51,10 @@ export class PGliteDriver implements Driver {
   async query<R>(text: string, params?: unknown[]) {
     const res = await this.db.query<R>(text, params);
     return { rows: res.rows };
+  }
+
+  isTransientError(err: unknown): boolean {
+    return isTransientPostgresError(err);
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {

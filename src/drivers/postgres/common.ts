@@ -38,3 +38,15 @@ export async function runMigrations(q: Queryable, exec: (sql: string) => Promise
 export function notifyChannel(schema: string): string {
   return `rea_${schema}`;
 }
+
+const TRANSIENT_CODES = new Set(['40001', '40P01', '53300', '53400', '55P03', '57014', '57P01', '57P02', '57P03', '58000', '58030']);
+const TRANSIENT_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH']);
+
+/** Errors that say nothing about the row being processed: the connection or server is the problem. */
+export function isTransientPostgresError(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const code = String((err as { code?: unknown }).code ?? '');
+  if (code.startsWith('08') || TRANSIENT_CODES.has(code) || TRANSIENT_NODE_CODES.has(code)) return true;
+  const message = String((err as { message?: unknown }).message ?? '');
+  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable|PGlite is closed/i.test(message);
+}

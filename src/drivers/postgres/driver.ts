@@ -2,7 +2,7 @@
 import pg from 'pg';
 import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
-import { quoteSchema, runMigrations } from './common.js';
+import { isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
 import { postgresStatements } from './sql.js';
 
@@ -74,6 +74,10 @@ export class PostgresDriver implements Driver {
   async query<R>(text: string, params?: unknown[]) {
     const res = await this.pool.query(text, params as unknown[]);
     return { rows: res.rows as R[] };
+  }
+
+  isTransientError(err: unknown): boolean {
+    return isTransientPostgresError(err);
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {

@@ -88,4 +88,37 @@ create table {schema}.leader (
 );
 `,
   },
+  {
+    version: 2,
+    name: 'uuid_v7',
+    // Ids made inside the database (capture triggers) must sort like the app's UUIDv7 ids, because
+    // the relay claims in id order. The 12 bits after the version hold the sub-millisecond part of
+    // clock_timestamp() (RFC 9562 method 3), and a session-local high-water mark makes ids strictly
+    // increasing within one session even when the clock has not moved (several rows in one
+    // statement). The random tail comes from gen_random_uuid(), core since PG 13, so no pgcrypto.
+    sql: /* sql */ `
+create function {schema}.uuid_v7() returns uuid
+language plpgsql volatile
+as $fn$
+declare
+  now_us bigint := floor(extract(epoch from clock_timestamp()) * 1000000)::bigint;
+  -- Milliseconds in the high bits, 1/4096 ms in the low 12: one number to compare and bump.
+  tick   bigint := (now_us / 1000) * 4096 + ((now_us % 1000) * 4096) / 1000;
+  last   bigint := nullif(current_setting('rea.uuid_v7_last', true), '')::bigint;
+begin
+  if last is not null and tick <= last then
+    tick := last + 1;
+  end if;
+  perform set_config('rea.uuid_v7_last', tick::text, false);
+  -- 6 bytes of unix ms, then version 7 and the 12-bit fraction, then 8 random bytes whose first
+  -- byte already carries the RFC variant bits (gen_random_uuid is version 4, same variant).
+  return encode(
+    substring(int8send(tick >> 12) from 3)
+      || int2send((28672 + (tick & 4095))::smallint)
+      || substring(uuid_send(gen_random_uuid()) from 9),
+    'hex')::uuid;
+end
+$fn$;
+`,
+  },
 ];

@@ -1,0 +1,350 @@
+// createBus: the public face of rea. It validates and records events inside the caller's
+// transaction, and runs the relay, the workers and (when leading) maintenance.
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { PGlite } from '@electric-sql/pglite';
+import type pg from 'pg';
+import { defaultHandlerBackoff } from './core/backoff.js';
+import { databaseClock, type Clock } from './core/clock.js';
+import { BusStateError, DuplicateHandlerError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
+import {
+  patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes,
+  type PayloadInput, type ReaEvent,
+} from './core/events.js';
+import { findJsonProblem } from './core/json.js';
+import { Lifecycle } from './core/lifecycle.js';
+import { defaultLogger, type Logger } from './core/logger.js';
+import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, validateWith, type HandlerOptions } from './core/options.js';
+import { currentTraceId, newTraceId } from './core/trace.js';
+import { uuidv7 } from './core/uuid.js';
+import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
+import { notifyChannel } from './drivers/postgres/common.js';
+import { PostgresDriver } from './drivers/postgres/driver.js';
+import { PGliteDriver } from './drivers/pglite/driver.js';
+import { Leader } from './maintenance/leader.js';
+import { Rescuer } from './maintenance/rescuer.js';
+import { ServiceRunner } from './maintenance/service.js';
+import { Relay } from './relay/relay.js';
+import { isReaTransaction, makeTransaction, type Transaction } from './tx/rea.js';
+import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
+import { Worker } from './worker/worker.js';
+
+export type DatabaseOptions =
+  | { postgres: string | pg.Pool; poolSize?: number }
+  | { pglite: string | PGlite }
+  | { driver: Driver };
+
+export interface BusOptions<S extends EventSchemas> {
+  database: DatabaseOptions;
+  events: EventCatalog<S>;
+  /** Schema holding rea's tables (default 'rea'). */
+  schema?: string;
+  /** Largest serialized payload record() accepts, in bytes (default 256 KiB). */
+  maxPayloadBytes?: number;
+  /** Connections in the pool rea creates for PostgreSQL (default 10). */
+  poolSize?: number;
+  /** Names this process in leases and job rows (default host:pid:random). */
+  instanceId?: string;
+  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number };
+  worker?: {
+    enabled?: boolean; concurrency?: number; minPollMs?: number; maxPollMs?: number;
+    completionFlushMs?: number; completionBatchSize?: number; leaseMarginMs?: number;
+  };
+  notifyDebounceMs?: number;
+  leader?: { ttlMs?: number; renewMs?: number };
+  rescuer?: { intervalMs?: number; batchSize?: number };
+  logger?: Logger;
+  clock?: Clock;
+}
+
+export interface RecordOptions {
+  /** What the event is about (an order number…): used for coalescing and filtering. */
+  subject?: string | null;
+  /** Defaults to the active trace (a rea handler's event, or an OpenTelemetry span), else a new id. */
+  traceId?: string;
+  /** Who or what caused the event (a user id, a service name). */
+  createdBy?: string;
+  /** Payload schema version (default 1). */
+  version?: number;
+}
+
+export type RecordItem<S extends EventSchemas> = {
+  [T in EventType<S>]: { type: T; payload: PayloadInput<S, T> } & RecordOptions;
+}[EventType<S>];
+
+export interface Overview extends StatusCounts {
+  oldestUnfannedAgeMs: number | null;
+}
+
+type Handler<S extends EventSchemas, P extends string> = (event: ReaEvent<S, MatchingTypes<S, P>>, ctx: HandlerContext) => unknown | Promise<unknown>;
+
+export interface Bus<S extends EventSchemas> {
+  readonly schema: string;
+  readonly driver: Driver;
+  readonly lifecycle: Lifecycle;
+  readonly instanceId: string;
+  migrate(): Promise<{ applied: number[] }>;
+  on<P extends string>(patterns: P | readonly P[], name: string, fn: Handler<S, P>, options?: HandlerOptions): void;
+  record<T extends EventType<S>>(tx: unknown, type: T, payload: PayloadInput<S, T>, options?: RecordOptions): Promise<string>;
+  recordMany(tx: unknown, items: readonly RecordItem<S>[]): Promise<string[]>;
+  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  /** Tell the relay events were committed in a transaction rea could not see (it polls otherwise). */
+  wake(): void;
+  start(): Promise<void>;
+  stop(options?: { timeoutMs?: number }): Promise<void>;
+  overview(): Promise<Overview>;
+  events: {
+    get(id: string): Promise<EventRow | null>;
+    requeue(target: readonly string[] | { poisoned: true }): Promise<string[]>;
+  };
+  jobs: {
+    forEvent(eventId: string): Promise<JobRow[]>;
+  };
+  /** One relay round now (for tests and the CLI); resolves with what it did. */
+  relayOnce(): Promise<'full' | 'some' | 'none'>;
+  readonly isLeader: boolean;
+}
+
+export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S> {
+  const { database, events: catalog, logger, clock: givenClock, ...rest } = options;
+  if (!catalog || !Array.isArray(catalog.types)) throw new OptionsError('events', 'pass the result of defineEvents({ … })');
+  const o = validateWith(busOptionsSchema, rest, 'createBus');
+  const schema = o.schema ?? DEFAULTS.schema;
+  const log = logger ?? defaultLogger();
+  const clock = givenClock ?? databaseClock;
+  const instanceId = o.instanceId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  const maxPayloadBytes = o.maxPayloadBytes ?? DEFAULTS.maxPayloadBytes;
+  const relayOptions = { ...DEFAULTS.relay, ...o.relay };
+  const workerOptions = { ...DEFAULTS.worker, ...o.worker };
+  const leaseMarginMs = workerOptions.leaseMarginMs;
+  const lifecycle = new Lifecycle();
+  const driver = makeDriver(database, schema, o.poolSize ?? DEFAULTS.poolSize, log);
+  const channel = notifyChannel(schema);
+  const handlers = new Map<string, RegisteredHandler>();
+  const known = new Set<string>(catalog.types);
+
+  let state: 'idle' | 'started' | 'stopped' = 'idle';
+  let unlisten: (() => Promise<void>) | undefined;
+
+  // One NOTIFY per debounce window per process, sent outside any business transaction.
+  const notifier = debounced(o.notifyDebounceMs ?? DEFAULTS.notifyDebounceMs, (payload: string) => {
+    if (state !== 'stopped') driver.notify(channel, payload).catch((err) => log.warn({ err: (err as Error).message }, 'wake-up notify failed'));
+  });
+
+  const worker = new Worker(driver, handlers, workerOptions, { lifecycle, log, clock, workerId: instanceId });
+  const relay = new Relay(driver, relayOptions, {
+    lifecycle, log, clock,
+    onFanned: () => {
+      worker.wake();
+      if (driver.capabilities.listenNotify) notifier('j');
+    },
+  });
+  const maintenance = [new ServiceRunner(new Rescuer(driver, o.rescuer?.intervalMs ?? DEFAULTS.rescuer.intervalMs, o.rescuer?.batchSize ?? DEFAULTS.rescuer.batchSize, { clock, lifecycle }), log)];
+  const leader = new Leader(driver, { leaderId: instanceId, ttlMs: o.leader?.ttlMs ?? DEFAULTS.leader.ttlMs, renewMs: o.leader?.renewMs ?? DEFAULTS.leader.renewMs }, {
+    clock, lifecycle, log,
+    onChange: (leading) => {
+      for (const m of maintenance) leading ? m.start() : void m.stop();
+    },
+  });
+
+  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined): Promise<EventInsert> {
+    if (!known.has(type)) throw new UnknownEventTypeError(type, catalog.types);
+    const value = await validatePayload(catalog as unknown as EventCatalog, type, payload);
+    const problem = findJsonProblem(value);
+    if (problem) throw new PayloadNotJsonError(type, problem.path, problem.problem);
+    const payloadJson = JSON.stringify(value);
+    const bytes = Buffer.byteLength(payloadJson);
+    if (bytes > maxPayloadBytes) throw new PayloadTooLargeError(type, bytes, maxPayloadBytes);
+    const subject = opts?.subject ?? null;
+    if (subject !== null && typeof subject !== 'string') throw new OptionsError('record.subject', 'must be a string or null');
+    return {
+      id: uuidv7(),
+      type,
+      subject,
+      payloadJson,
+      traceId: opts?.traceId ?? currentTraceId() ?? newTraceId(),
+      createdBy: opts?.createdBy ?? null,
+      version: opts?.version ?? 1,
+    };
+  }
+
+  const recordInto = async (tx: unknown, rows: EventInsert[]) => {
+    const q = driver.unwrapTransaction(tx);
+    await driver.executor.eventInsertMany(q, rows);
+    if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
+  };
+
+  const bus: Bus<S> = {
+    schema,
+    driver,
+    lifecycle,
+    instanceId,
+
+    migrate: () => driver.migrate(),
+
+    on(patterns, name, fn, handlerOptions = {}) {
+      if (state !== 'idle') throw new BusStateError(`bus.on('${name}') must be called before bus.start()`);
+      if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$/.test(name)) {
+        throw new OptionsError('bus.on(name)', `handler name ${JSON.stringify(name)} must be 1–200 letters, digits, _ . : - starting with a letter or digit`);
+      }
+      if (handlers.has(name)) throw new DuplicateHandlerError(name);
+      if (typeof fn !== 'function') throw new OptionsError(`bus.on('${name}').fn`, 'must be a function');
+      const list = (Array.isArray(patterns) ? [...patterns] : [patterns]) as string[];
+      if (list.length === 0) throw new OptionsError(`bus.on('${name}').patterns`, 'give at least one event type or pattern');
+      for (const p of list) {
+        if (typeof p !== 'string' || !catalog.types.some((t) => patternMatches(p, t))) {
+          throw new UnknownEventTypeError(String(p), catalog.types);
+        }
+      }
+      const h = validateWith(handlerOptionsSchema, handlerOptions, `bus.on('${name}').options`);
+      const timeoutMs = h.timeoutMs ?? DEFAULTS.handler.timeoutMs;
+      handlers.set(name, {
+        name,
+        patterns: list,
+        fn: fn as RegisteredHandler['fn'],
+        maxAttempts: h.maxAttempts ?? DEFAULTS.handler.maxAttempts,
+        backoff: (handlerOptions.backoff ?? defaultHandlerBackoff),
+        timeoutMs,
+        concurrency: h.concurrency ?? Number.POSITIVE_INFINITY,
+        coalesceSubject: h.coalesce === 'subject',
+        transactional: h.transactional === true,
+        priority: h.priority ?? DEFAULTS.handler.priority,
+      });
+    },
+
+    async record(tx, type, payload, opts) {
+      const row = await prepare(type, payload, opts);
+      await recordInto(tx, [row]);
+      return row.id;
+    },
+
+    async recordMany(tx, items) {
+      if (!Array.isArray(items)) throw new OptionsError('recordMany(items)', 'must be an array of { type, payload, subject? }');
+      const rows: EventInsert[] = [];
+      for (const item of items) rows.push(await prepare(item.type, item.payload, item));
+      if (rows.length > 0) await recordInto(tx, rows);
+      return rows.map((r) => r.id);
+    },
+
+    async transaction(fn) {
+      if (state === 'stopped') throw new BusStateError('the bus has been stopped');
+      let recorded = 0;
+      const result = await driver.transaction(async (q, raw) => {
+        const txState = { open: true };
+        const tx = makeTransaction(q, raw, txState) as Transaction & { recorded: number };
+        tx.recorded = 0;
+        try {
+          return await fn(tx);
+        } finally {
+          txState.open = false;
+          recorded = tx.recorded;
+        }
+      });
+      if (recorded > 0) {
+        lifecycle.emit('transaction:committed', { events: recorded });
+        bus.wake();
+      }
+      return result;
+    },
+
+    wake() {
+      if (state === 'started' && relayOptions.enabled !== false) relay.wake();
+      if (driver.capabilities.listenNotify) notifier('e');
+    },
+
+    async start() {
+      if (state === 'started') return;
+      if (state === 'stopped') throw new BusStateError('a stopped bus cannot be started again; create a new one');
+      await driver.executor.handlerUpsertMany(
+        [...handlers.values()].map((h) => ({
+          name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
+          leaseMs: h.timeoutMs + leaseMarginMs, priority: h.priority,
+        })),
+      );
+      state = 'started';
+      if (driver.capabilities.listenNotify) {
+        unlisten = await driver.listen(channel, (payload) => {
+          if (payload !== 'j' && relayOptions.enabled !== false) relay.wake();
+          if (payload !== 'e' && workerOptions.enabled !== false) worker.wake();
+        });
+      }
+      if (relayOptions.enabled !== false) relay.start();
+      if (workerOptions.enabled !== false && handlers.size > 0) worker.start();
+      leader.start();
+    },
+
+    async stop(stopOptions = {}) {
+      if (state === 'stopped') return;
+      const wasStarted = state === 'started';
+      state = 'stopped';
+      if (wasStarted) {
+        await relay.stop();
+        await worker.stop(stopOptions.timeoutMs ?? 10_000);
+        await leader.stop();
+        await Promise.all(maintenance.map((m) => m.stop()));
+        await unlisten?.();
+      }
+      notifier.cancel();
+      await driver.close();
+    },
+
+    async overview() {
+      const counts = await driver.executor.statusCounts();
+      const now = clock.now()?.getTime() ?? Date.now();
+      return { ...counts, oldestUnfannedAgeMs: counts.oldestUnfannedAt ? Math.max(0, now - counts.oldestUnfannedAt.getTime()) : null };
+    },
+
+    events: {
+      get: (id) => driver.executor.eventGet({ id }),
+      async requeue(target) {
+        const ids = Array.isArray(target)
+          ? await driver.executor.eventRequeue({ ids: [...target] })
+          : await driver.executor.eventRequeue({ poisoned: true });
+        if (ids.length > 0) bus.wake();
+        return ids;
+      },
+    },
+
+    jobs: {
+      forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),
+    },
+
+    relayOnce: () => relay.round(),
+
+    get isLeader() {
+      return leader.isLeader;
+    },
+  };
+  return bus;
+}
+
+function makeDriver(database: DatabaseOptions, schema: string, poolSize: number, log: Logger): Driver {
+  if (!database || typeof database !== 'object') throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
+  if ('driver' in database) return database.driver;
+  if ('postgres' in database) {
+    return new PostgresDriver({
+      connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize,
+      onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),
+    });
+  }
+  if ('pglite' in database) return new PGliteDriver({ database: database.pglite, schema });
+  throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
+}
+
+function debounced(ms: number, fn: (payload: string) => void) {
+  const pending = new Map<string, NodeJS.Timeout>();
+  const call = (payload: string) => {
+    if (pending.has(payload)) return;
+    const t = setTimeout(() => {
+      pending.delete(payload);
+      fn(payload);
+    }, ms);
+    t.unref?.();
+    pending.set(payload, t);
+  };
+  call.cancel = () => {
+    for (const t of pending.values()) clearTimeout(t);
+    pending.clear();
+  };
+  return call;
+}

@@ -1,0 +1,86 @@
+// The event catalog: one Standard Schema (zod, valibot, arktype…) per event type. Payload types
+// flow from it into record() and into handlers, including handlers subscribed by pattern.
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { OptionsError, PayloadValidationError, type PayloadIssue } from './errors.js';
+
+export type EventSchemas = Record<string, StandardSchemaV1>;
+
+export interface EventCatalog<S extends EventSchemas = EventSchemas> {
+  readonly schemas: S;
+  readonly types: readonly (keyof S & string)[];
+}
+
+const TYPE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$/;
+
+export function defineEvents<S extends EventSchemas>(schemas: S): EventCatalog<S> {
+  for (const [type, schema] of Object.entries(schemas)) {
+    if (!TYPE_NAME.test(type)) {
+      throw new OptionsError(`events['${type}']`, 'an event type is 1–200 characters of letters, digits, _ . : - and starts with a letter or digit');
+    }
+    if (!schema || typeof (schema as StandardSchemaV1)['~standard']?.validate !== 'function') {
+      throw new OptionsError(`events['${type}']`, 'is not a Standard Schema (zod ≥ 3.24, valibot ≥ 1, arktype ≥ 2 …)');
+    }
+  }
+  return { schemas, types: Object.keys(schemas) as (keyof S & string)[] };
+}
+
+export type EventType<S extends EventSchemas> = keyof S & string;
+export type PayloadInput<S extends EventSchemas, T extends EventType<S>> = StandardSchemaV1.InferInput<S[T]>;
+export type PayloadOutput<S extends EventSchemas, T extends EventType<S>> = StandardSchemaV1.InferOutput<S[T]>;
+
+/** The event types a subscription pattern matches: 'order.created', 'order.*', '*'. */
+export type MatchingTypes<S extends EventSchemas, P extends string> = P extends '*'
+  ? EventType<S>
+  : P extends `${infer Prefix}*`
+    ? Extract<EventType<S>, `${Prefix}${string}`>
+    : Extract<EventType<S>, P>;
+
+/** An event as a handler receives it; a union over the types its patterns match. */
+export type ReaEvent<S extends EventSchemas, T extends EventType<S> = EventType<S>> = T extends EventType<S>
+  ? {
+      readonly id: string;
+      readonly type: T;
+      readonly subject: string | null;
+      readonly payload: PayloadOutput<S, T>;
+      readonly traceId: string | null;
+      readonly createdBy: string | null;
+      readonly version: number;
+      readonly createdAt: Date;
+    }
+  : never;
+
+export function patternMatches(pattern: string, type: string): boolean {
+  if (!pattern.includes('*')) return pattern === type;
+  const parts = pattern.split('*');
+  let at = 0;
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!;
+    if (i === 0) {
+      if (!type.startsWith(part)) return false;
+      at = part.length;
+    } else if (i === parts.length - 1) {
+      return type.length - part.length >= at && type.endsWith(part);
+    } else {
+      const found = type.indexOf(part, at);
+      if (found < 0) return false;
+      at = found + part.length;
+    }
+  }
+  return true;
+}
+
+export async function validatePayload(catalog: EventCatalog, type: string, payload: unknown): Promise<unknown> {
+  const schema = catalog.schemas[type]!;
+  let result = schema['~standard'].validate(payload);
+  if (result instanceof Promise) result = await result;
+  if (result.issues) throw new PayloadValidationError(type, result.issues.map(toIssue));
+  return result.value;
+}
+
+function toIssue(issue: StandardSchemaV1.Issue): PayloadIssue {
+  const path = (issue.path ?? [])
+    .map((seg) => (typeof seg === 'object' && seg !== null ? (seg as StandardSchemaV1.PathSegment).key : seg))
+    .map((key, i) => (typeof key === 'number' ? `[${key}]` : i === 0 ? String(key) : `.${String(key)}`))
+    .join('');
+  return { path, message: issue.message };
+}

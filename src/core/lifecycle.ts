@@ -1,0 +1,52 @@
+// Typed lifecycle signals. Services emit them; tests and operators wait on them instead of sleeping.
+import { EventEmitter } from 'node:events';
+
+export interface LifecycleEvents {
+  'relay:batch:fanned': { eventIds: string[]; jobs: number };
+  'relay:event:poisoned': { eventId: string; error: string };
+  'relay:error': { error: Error };
+  'job:completed': { jobId: string; handler: string; eventId: string; attempt: number; durationMs: number };
+  'job:failed': { jobId: string; handler: string; eventId: string; attempt: number; error: string; retryAt: Date | null };
+  'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string };
+  'job:skipped': { jobId: string; handler: string; eventId: string; reason: 'already-consumed' };
+  'jobs:rescued': { rescued: number; discarded: number };
+  'leader:elected': { leaderId: string };
+  'leader:lost': { leaderId: string };
+  'transaction:committed': { events: number };
+  'worker:error': { error: Error };
+}
+
+export type LifecycleName = keyof LifecycleEvents;
+
+export class Lifecycle {
+  private readonly emitter = new EventEmitter();
+
+  constructor() {
+    this.emitter.setMaxListeners(0);
+  }
+
+  on<K extends LifecycleName>(name: K, fn: (e: LifecycleEvents[K]) => void): () => void {
+    this.emitter.on(name, fn);
+    return () => this.emitter.off(name, fn);
+  }
+
+  emit<K extends LifecycleName>(name: K, e: LifecycleEvents[K]): void {
+    if (this.emitter.listenerCount(name) > 0) this.emitter.emit(name, e);
+  }
+
+  /** Resolve with the first signal that satisfies `match`, or reject after timeoutMs. */
+  waitFor<K extends LifecycleName>(name: K, match: (e: LifecycleEvents[K]) => boolean = () => true, timeoutMs = 10_000): Promise<LifecycleEvents[K]> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        off();
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for lifecycle signal '${name}'`));
+      }, timeoutMs);
+      const off = this.on(name, (e) => {
+        if (!match(e)) return;
+        clearTimeout(timer);
+        off();
+        resolve(e);
+      });
+    });
+  }
+}

@@ -1,0 +1,42 @@
+// UUIDv7 made in the application: time-ordered ids without a database round trip.
+// Within one millisecond a 12-bit counter keeps ids from one process strictly increasing.
+import { randomFillSync } from 'node:crypto';
+
+let lastMs = -1;
+let seq = 0;
+const rand = new Uint8Array(8);
+
+export function uuidv7(nowMs: number = Date.now()): string {
+  let ms = nowMs;
+  if (ms <= lastMs) {
+    ms = lastMs;
+    seq++;
+    if (seq > 0xfff) {
+      // Counter exhausted: borrow the next millisecond rather than lose ordering.
+      ms = ++lastMs;
+      seq = 0;
+    }
+  } else {
+    lastMs = ms;
+    seq = 0;
+  }
+  randomFillSync(rand);
+  const b = new Uint8Array(16);
+  b[0] = (ms / 2 ** 40) & 0xff;
+  b[1] = (ms / 2 ** 32) & 0xff;
+  b[2] = (ms >>> 24) & 0xff;
+  b[3] = (ms >>> 16) & 0xff;
+  b[4] = (ms >>> 8) & 0xff;
+  b[5] = ms & 0xff;
+  b[6] = 0x70 | ((seq >>> 8) & 0x0f);
+  b[7] = seq & 0xff;
+  b[8] = 0x80 | (rand[0]! & 0x3f);
+  b.set(rand.subarray(1, 8), 9);
+  const hex = Buffer.from(b).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** The unix milliseconds a UUIDv7 was made at. */
+export function uuidv7Time(id: string): number {
+  return parseInt(id.replace(/-/g, '').slice(0, 12), 16);
+}

@@ -1,0 +1,230 @@
+// Capture triggers: generate migration SQL that records a rea event from an application table's
+// own INSERT / UPDATE / DELETE, for writes that never go through bus.record().
+// Pure string building; the caller runs `up` (and later `down`) like any other migration.
+import { OptionsError } from '../../core/errors.js';
+import { quoteSchema } from './common.js';
+
+export interface CaptureEventTypes {
+  insert?: string;
+  update?: string;
+  delete?: string;
+}
+
+export interface CaptureTriggerOptions {
+  /** rea's schema, where the events table and uuid_v7() live. Default 'rea'. */
+  schema?: string;
+  /** The application table: 'orders' (resolved by search_path when `up` runs) or 'public.orders'. */
+  table: string;
+  /** One type for INSERT and UPDATE (payload shapes tell them apart); DELETE is not captured. */
+  eventType?: string;
+  /** A type per operation; only the operations named here are captured. */
+  eventTypes?: CaptureEventTypes;
+  /** The key column; its value cast to text becomes the event subject. */
+  subjectColumn: string;
+  /** An UPDATE records an event only when one of these columns really changed. Required when UPDATE is captured. */
+  watchColumns: string[];
+  /** Columns copied into the payload: the row for INSERT / DELETE, `{ before, after }` for UPDATE. */
+  payloadColumns: string[];
+  /** Base name of the trigger function and triggers. Default `capture_<table>` (`capture_<schema>_<table>` when qualified). */
+  name?: string;
+}
+
+export interface CaptureTriggerSql {
+  up: string;
+  down: string;
+}
+
+/** A capture option is missing or unsafe; `field` names it (e.g. `watchColumns[1]`). */
+export class CaptureOptionsError extends OptionsError {}
+
+type Op = 'insert' | 'update' | 'delete';
+const OPS: readonly Op[] = ['insert', 'update', 'delete'];
+
+// Identifiers are taken exactly as they are in the catalog and always quoted, so `Orders` means
+// the mixed-case table. Anything beyond plain word characters is refused rather than escaped: a
+// name that needs escaping is far more often a mistake (or an attack) than a real table.
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
+const MAX_IDENTIFIER_BYTES = 63;
+// Leaves room for the `_insert` / `_update` / `_delete` suffix of the trigger names.
+const MAX_NAME_BYTES = MAX_IDENTIFIER_BYTES - '_insert'.length;
+// jsonb_build_object takes at most 100 arguments; wider payloads are built in chunks and merged.
+const PAIRS_PER_CALL = 50;
+
+export function captureTriggerSql(options: CaptureTriggerOptions): CaptureTriggerSql {
+  const reaSchema = checkSchema(options.schema ?? 'rea');
+  const table = checkTable(options.table);
+  const types = checkEventTypes(options);
+  const subject = checkIdentifier('subjectColumn', options.subjectColumn);
+  const watch = checkColumns('watchColumns', options.watchColumns);
+  const payload = checkColumns('payloadColumns', options.payloadColumns);
+  if (types.update !== undefined && watch.length === 0) {
+    throw new CaptureOptionsError('watchColumns', 'must name at least one column when UPDATE is captured');
+  }
+  const name = options.name === undefined ? defaultName(table) : checkIdentifier('name', options.name, MAX_NAME_BYTES);
+
+  const fn = `${reaSchema}.${quoteIdent(name)}`;
+  const target = table.quoted;
+  const createdBy = literal(`trigger:${options.table}`);
+  const row = (rec: 'NEW' | 'OLD') => jsonObject(payload.map((c) => [literal(c), `${rec}.${quoteIdent(c)}`]));
+
+  const insertEvent = (type: string, rec: 'NEW' | 'OLD', payloadExpr: string) => /* sql */ `
+    insert into ${reaSchema}.events (id, type, subject, payload, created_by)
+    values (${reaSchema}.uuid_v7(), ${literal(type)}, ${rec}.${quoteIdent(subject)}::text, ${payloadExpr}, ${createdBy});`;
+
+  const branches: string[] = [];
+  if (types.insert !== undefined) branches.push(`TG_OP = 'INSERT' then${insertEvent(types.insert, 'NEW', row('NEW'))}`);
+  if (types.update !== undefined) {
+    const change = jsonObject([["'before'", row('OLD')], ["'after'", row('NEW')]]);
+    branches.push(`TG_OP = 'UPDATE' then${insertEvent(types.update, 'NEW', change)}`);
+  }
+  if (types.delete !== undefined) branches.push(`TG_OP = 'DELETE' then${insertEvent(types.delete, 'OLD', row('OLD'))}`);
+
+  // No NOTIFY here: a notifying commit serializes with every other one (see DESIGN "Wake-ups");
+  // the relay's partial-index poll finds these rows within a second when idle.
+  const body = `
+begin
+  if ${branches.join('\n  elsif ')}
+  end if;
+  return null;
+end
+`;
+  const tag = dollarTag(body);
+
+  const triggerName = (op: Op) => quoteIdent(`${name}_${op}`);
+  const dropTriggers = OPS.map((op) => `drop trigger if exists ${triggerName(op)} on ${target};`).join('\n');
+  const createTriggers = OPS.filter((op) => types[op] !== undefined).map((op) => {
+    // The WHEN clause keeps a no-op UPDATE (say, only updated_at) from even calling the function.
+    const when = op === 'update'
+      ? `\n  when (${watch.map((c) => `OLD.${quoteIdent(c)} is distinct from NEW.${quoteIdent(c)}`).join('\n        or ')})`
+      : '';
+    return `create trigger ${triggerName(op)}\n  after ${op} on ${target}\n  for each row${when}\n  execute function ${fn}();`;
+  });
+
+  const checkedColumns = [...new Set([subject, ...watch, ...payload])].map(quoteIdent).join(', ');
+  const up = `-- Fail here, not at the first business write, if a column is misspelt or rea's migrations are missing.
+select ${checkedColumns} from ${target} limit 0;
+select ${reaSchema}.uuid_v7() from ${reaSchema}.events limit 0;
+
+create or replace function ${fn}() returns trigger
+language plpgsql
+-- Pinned so that objects on the writer's search_path cannot stand in for built-ins.
+set search_path = pg_catalog, pg_temp
+as ${tag}${body}${tag};
+
+-- Dropped first so that running a changed definition again leaves exactly the triggers it names.
+${dropTriggers}
+${createTriggers.join('\n')}
+`;
+  const down = `${dropTriggers}\ndrop function if exists ${fn}();\n`;
+  return { up, down };
+}
+
+function checkSchema(schema: string): string {
+  try {
+    return quoteSchema(schema);
+  } catch (err) {
+    throw new CaptureOptionsError('schema', (err as Error).message.replace(/^invalid option schema: /, ''));
+  }
+}
+
+interface TableName {
+  schema: string | undefined;
+  table: string;
+  quoted: string;
+}
+
+function checkTable(value: unknown): TableName {
+  if (typeof value !== 'string' || value === '') throw new CaptureOptionsError('table', 'must be a table name such as orders or public.orders');
+  const parts = value.split('.');
+  if (parts.length > 2) throw new CaptureOptionsError('table', `'${value}' has more than one '.'; give table or schema.table`);
+  const names = parts.map((p) => checkIdentifier('table', p));
+  const table = names[names.length - 1] as string;
+  const schema = names.length === 2 ? names[0] : undefined;
+  return { schema, table, quoted: names.map(quoteIdent).join('.') };
+}
+
+function checkEventTypes(options: CaptureTriggerOptions): CaptureEventTypes {
+  const { eventType, eventTypes } = options;
+  if (eventType !== undefined && eventTypes !== undefined) {
+    throw new CaptureOptionsError('eventType', 'give eventType or eventTypes, not both');
+  }
+  if (eventType !== undefined) {
+    const type = checkEventType('eventType', eventType);
+    return { insert: type, update: type };
+  }
+  if (eventTypes === undefined || typeof eventTypes !== 'object' || eventTypes === null) {
+    throw new CaptureOptionsError('eventTypes', 'give eventType, or eventTypes with at least one of insert, update, delete');
+  }
+  const unknown = Object.keys(eventTypes).filter((k) => !(OPS as readonly string[]).includes(k));
+  if (unknown.length) throw new CaptureOptionsError(`eventTypes.${unknown[0]}`, 'is not an operation; use insert, update or delete');
+  const out: CaptureEventTypes = {};
+  for (const op of OPS) {
+    const t = eventTypes[op];
+    if (t !== undefined) out[op] = checkEventType(`eventTypes.${op}`, t);
+  }
+  if (OPS.every((op) => out[op] === undefined)) {
+    throw new CaptureOptionsError('eventTypes', 'must name at least one of insert, update, delete');
+  }
+  return out;
+}
+
+function checkEventType(field: string, value: unknown): string {
+  if (typeof value !== 'string' || value.trim() === '') throw new CaptureOptionsError(field, 'must be a non-empty string');
+  // Postgres text cannot hold NUL; everything else is embedded safely by literal().
+  if (value.includes('\0')) throw new CaptureOptionsError(field, 'must not contain a NUL character');
+  return value;
+}
+
+function checkColumns(field: string, value: unknown): string[] {
+  if (!Array.isArray(value)) throw new CaptureOptionsError(field, 'must be an array of column names');
+  const seen = new Set<string>();
+  return value.map((c, i) => {
+    const col = checkIdentifier(`${field}[${i}]`, c);
+    if (seen.has(col)) throw new CaptureOptionsError(`${field}[${i}]`, `'${col}' is listed twice`);
+    seen.add(col);
+    return col;
+  });
+}
+
+function checkIdentifier(field: string, value: unknown, maxBytes = MAX_IDENTIFIER_BYTES): string {
+  if (typeof value !== 'string' || value === '') throw new CaptureOptionsError(field, 'must be a non-empty identifier');
+  if (!IDENTIFIER.test(value)) {
+    throw new CaptureOptionsError(field, `${JSON.stringify(value)} is not a plain identifier (a letter or _, then letters, digits, _ or $)`);
+  }
+  if (Buffer.byteLength(value) > maxBytes) throw new CaptureOptionsError(field, `'${value}' is longer than ${maxBytes} bytes`);
+  return value;
+}
+
+function defaultName(table: TableName): string {
+  const name = table.schema === undefined ? `capture_${table.table}` : `capture_${table.schema}_${table.table}`;
+  if (Buffer.byteLength(name) > MAX_NAME_BYTES) {
+    throw new CaptureOptionsError('name', `the default '${name}' is longer than ${MAX_NAME_BYTES} bytes; give a shorter name`);
+  }
+  return name;
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+/** A string literal that means the same whatever standard_conforming_strings says. */
+function literal(value: string): string {
+  const body = value.replaceAll("'", "''");
+  return value.includes('\\') ? `E'${body.replaceAll('\\', '\\\\')}'` : `'${body}'`;
+}
+
+function jsonObject(pairs: [key: string, value: string][]): string {
+  if (pairs.length === 0) return `'{}'::jsonb`;
+  const calls: string[] = [];
+  for (let i = 0; i < pairs.length; i += PAIRS_PER_CALL) {
+    calls.push(`jsonb_build_object(${pairs.slice(i, i + PAIRS_PER_CALL).map(([k, v]) => `${k}, ${v}`).join(', ')})`);
+  }
+  return calls.join(' || ');
+}
+
+/** A dollar-quote tag that does not occur in the body, so no event type can close the quote early. */
+function dollarTag(body: string): string {
+  let tag = '$rea$';
+  for (let n = 1; body.includes(tag); n++) tag = `$rea${n}$`;
+  return tag;
+}

@@ -1,0 +1,23 @@
+// rea's public API. Explicit exports only.
+export { createBus } from './bus.js';
+export type { Bus, BusOptions, DatabaseOptions, Overview, RecordItem, RecordOptions } from './bus.js';
+export { defineEvents } from './core/events.js';
+export type { EventCatalog, EventSchemas, EventType, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent } from './core/events.js';
+export {
+  BusStateError, DuplicateHandlerError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
+  PayloadValidationError, PermanentError, ReaError, RetryAfterError, UnknownEventTypeError, UnsupportedTransactionError,
+  permanent, retryAfter,
+} from './core/errors.js';
+export type { PayloadIssue, ReaErrorCode } from './core/errors.js';
+export { exponentialBackoff } from './core/backoff.js';
+export type { Backoff } from './core/backoff.js';
+export { ManualClock } from './core/clock.js';
+export type { Clock } from './core/clock.js';
+export { DEFAULTS } from './core/options.js';
+export type { HandlerOptions } from './core/options.js';
+export type { Lifecycle, LifecycleEvents, LifecycleName } from './core/lifecycle.js';
+export type { Logger } from './core/logger.js';
+export type { HandlerContext } from './worker/registry.js';
+export type { Transaction } from './tx/rea.js';
+export type { Driver, EventRow, JobRow, JobState, Queryable } from './driver/types.js';
+export { uuidv7 } from './core/uuid.js';

@@ -1,0 +1,93 @@
+// The relay: claims unfanned events in rounds of at most batchSize, turns them into jobs and marks
+// them fanned, in one statement. A failing round is retried row by row so one bad row is poisoned
+// instead of blocking everything behind it.
+import type { Clock } from '../core/clock.js';
+import type { Lifecycle } from '../core/lifecycle.js';
+import { PollLoop } from '../core/poll.js';
+import type { Driver } from '../driver/types.js';
+import type { Logger } from '../core/logger.js';
+import { errorMessage } from '../core/errors-format.js';
+
+export interface RelayOptions {
+  batchSize: number;
+  minPollMs: number;
+  maxPollMs: number;
+  maxFanAttempts: number;
+}
+
+export class Relay {
+  private readonly loop: PollLoop;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly options: RelayOptions,
+    private readonly deps: { lifecycle: Lifecycle; log: Logger; clock: Clock; onFanned: (jobs: number) => void },
+  ) {
+    this.loop = new PollLoop({
+      minMs: options.minPollMs,
+      maxMs: options.maxPollMs,
+      round: () => this.round(),
+      onError: (err) => {
+        deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
+        deps.lifecycle.emit('relay:error', { error: err as Error });
+      },
+    });
+  }
+
+  start(): void {
+    this.loop.start();
+  }
+
+  wake(): void {
+    this.loop.wake();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+
+  /** One round; exposed for tests and the CLI. */
+  async round(): Promise<'full' | 'some' | 'none'> {
+    let fanned: number;
+    try {
+      const result = await this.driver.executor.eventFanOut(this.driver, { limit: this.options.batchSize, now: this.deps.clock.now() });
+      this.report(result.eventIds, result.jobs);
+      fanned = result.eventIds.length;
+    } catch (err) {
+      if (this.driver.isTransientError(err)) throw err;
+      this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
+      fanned = await this.rowByRow();
+    }
+    if (fanned >= this.options.batchSize) return 'full';
+    return fanned > 0 ? 'some' : 'none';
+  }
+
+  private async rowByRow(): Promise<number> {
+    const ids = await this.driver.executor.eventListUnfanned({ limit: this.options.batchSize });
+    let fanned = 0;
+    for (const id of ids) {
+      try {
+        const result = await this.driver.executor.eventFanOut(this.driver, { limit: 1, onlyId: id, now: this.deps.clock.now() });
+        this.report(result.eventIds, result.jobs);
+        fanned += result.eventIds.length;
+      } catch (err) {
+        if (this.driver.isTransientError(err)) throw err;
+        const message = errorMessage(err);
+        const { poisoned } = await this.driver.executor.eventRecordFanFailure({
+          id, error: message, maxFanAttempts: this.options.maxFanAttempts, now: this.deps.clock.now(),
+        });
+        if (poisoned) {
+          this.deps.log.error({ event_id: id, err: message }, 'event poisoned: fan-out failed too many times; requeue it once fixed');
+          this.deps.lifecycle.emit('relay:event:poisoned', { eventId: id, error: message });
+        }
+      }
+    }
+    return fanned;
+  }
+
+  private report(eventIds: string[], jobs: number): void {
+    if (eventIds.length === 0) return;
+    this.deps.lifecycle.emit('relay:batch:fanned', { eventIds, jobs });
+    if (jobs > 0) this.deps.onFanned(jobs);
+  }
+}

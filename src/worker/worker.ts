@@ -1,0 +1,221 @@
+// Workers: claim due jobs up to free concurrency, run each inside its event's trace with a
+// timeout, then complete or fail them in batches (one statement per batch, not per job).
+import type { Clock } from '../core/clock.js';
+import { appNow } from '../core/clock.js';
+import { Batcher } from '../core/batcher.js';
+import { errorMessage, errorName, errorStack } from '../core/errors-format.js';
+import { isPermanent, isRetryAfter } from '../core/errors.js';
+import type { Lifecycle } from '../core/lifecycle.js';
+import type { Logger } from '../core/logger.js';
+import { PollLoop } from '../core/poll.js';
+import { newTraceId, runInTrace } from '../core/trace.js';
+import type { ClaimedJob, ClaimTarget, Driver, JobFailure } from '../driver/types.js';
+import { runHandler } from '../channels/handler/run.js';
+import type { RegisteredHandler } from './registry.js';
+
+export interface WorkerOptions {
+  concurrency: number;
+  minPollMs: number;
+  maxPollMs: number;
+  completionFlushMs: number;
+  completionBatchSize: number;
+}
+
+export class HandlerTimeoutError extends Error {
+  constructor(readonly timeoutMs: number) {
+    super(`handler timed out after ${timeoutMs} ms and was aborted`);
+    this.name = 'HandlerTimeoutError';
+  }
+}
+
+export class WorkerStoppingError extends Error {
+  constructor() {
+    super('aborted: the worker stopped before the handler finished');
+    this.name = 'WorkerStoppingError';
+  }
+}
+
+interface Done {
+  job: ClaimedJob;
+  durationMs: number;
+}
+
+export class Worker {
+  private readonly loop: PollLoop;
+  private readonly active = new Map<string, { job: ClaimedJob; controller: AbortController; settled: Promise<void> }>();
+  private readonly activePerHandler = new Map<string, number>();
+  private readonly completions: Batcher<Done>;
+  private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean }>;
+  private waitingForSlot = false;
+  private stopping = false;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly handlers: ReadonlyMap<string, RegisteredHandler>,
+    private readonly options: WorkerOptions,
+    private readonly deps: { lifecycle: Lifecycle; log: Logger; clock: Clock; workerId: string },
+  ) {
+    this.loop = new PollLoop({
+      minMs: options.minPollMs,
+      maxMs: options.maxPollMs,
+      round: () => this.claimRound(),
+      onError: (err) => {
+        deps.log.warn({ err: errorMessage(err) }, 'job claim failed');
+        deps.lifecycle.emit('worker:error', { error: err as Error });
+      },
+    });
+    this.completions = new Batcher({
+      flushMs: options.completionFlushMs,
+      maxBatch: options.completionBatchSize,
+      write: async (items) => {
+        await driver.executor.jobCompleteMany(null, { jobs: items.map((d) => ({ id: d.job.id, attempt: d.job.attempt })), now: deps.clock.now() });
+        for (const d of items) this.emitCompleted(d);
+      },
+      onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job completions failed; will retry'),
+    });
+    this.failures = new Batcher({
+      flushMs: options.completionFlushMs,
+      maxBatch: options.completionBatchSize,
+      write: async (items) => {
+        await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() });
+        for (const { failure, job, discarded } of items) {
+          const e = { jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message };
+          if (discarded) deps.lifecycle.emit('job:discarded', e);
+          else deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
+        }
+      },
+      onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job failures failed; will retry'),
+    });
+  }
+
+  start(): void {
+    this.stopping = false;
+    this.loop.start();
+  }
+
+  wake(): void {
+    this.loop.wake();
+  }
+
+  get runningCount(): number {
+    return this.active.size;
+  }
+
+  /** Stop claiming, let running handlers finish for up to timeoutMs, abort the rest, write outcomes. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.stopping = true;
+    await this.loop.stop();
+    const all = () => Promise.all([...this.active.values()].map((a) => a.settled));
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      all().then(() => false),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) {
+      for (const a of this.active.values()) a.controller.abort(new WorkerStoppingError());
+      await all();
+    }
+    await Promise.all([this.completions.drain(5000), this.failures.drain(5000)]);
+  }
+
+  private async claimRound(): Promise<'full' | 'some' | 'none'> {
+    if (this.stopping) return 'none';
+    const free = this.options.concurrency - this.active.size;
+    const targets: ClaimTarget[] = [];
+    for (const h of this.handlers.values()) {
+      const room = Math.min(free, h.concurrency - (this.activePerHandler.get(h.name) ?? 0));
+      if (room > 0) targets.push({ kind: 'handler', target: h.name, limit: room });
+    }
+    if (free <= 0 || targets.length === 0) {
+      this.waitingForSlot = true;
+      return 'none';
+    }
+    const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: free, now: this.deps.clock.now() });
+    for (const job of jobs) this.execute(job);
+    if (jobs.length >= free) {
+      this.waitingForSlot = true;
+      return 'none';
+    }
+    return jobs.length > 0 ? 'some' : 'none';
+  }
+
+  private execute(job: ClaimedJob): void {
+    const handler = this.handlers.get(job.target)!;
+    const controller = new AbortController();
+    this.activePerHandler.set(handler.name, (this.activePerHandler.get(handler.name) ?? 0) + 1);
+    const settled = this.run(job, handler, controller).finally(() => {
+      this.active.delete(job.id);
+      this.activePerHandler.set(handler.name, (this.activePerHandler.get(handler.name) ?? 1) - 1);
+      if (this.waitingForSlot && !this.stopping) {
+        this.waitingForSlot = false;
+        this.loop.wake();
+      }
+    });
+    this.active.set(job.id, { job, controller, settled });
+  }
+
+  private async run(job: ClaimedJob, handler: RegisteredHandler, controller: AbortController): Promise<void> {
+    const started = performance.now();
+    const traceId = job.event.traceId ?? newTraceId();
+    const log = this.deps.log.child({ trace_id: traceId, event_id: job.event.id, handler: handler.name, attempt: job.attempt, job_id: job.id });
+    const timer = setTimeout(() => controller.abort(new HandlerTimeoutError(handler.timeoutMs)), handler.timeoutMs);
+    try {
+      if (!job.eventFound) throw new MissingEventError(job.event.id);
+      const outcome = await runInTrace({ traceId, eventId: job.event.id, handler: handler.name, attempt: job.attempt }, () =>
+        runHandler(this.driver, handler, job, controller.signal, log, this.deps.clock),
+      );
+      const durationMs = performance.now() - started;
+      if (outcome === 'succeeded') {
+        this.completions.push({ job, durationMs });
+      } else if (outcome === 'committed') {
+        this.emitCompleted({ job, durationMs });
+      } else {
+        this.deps.lifecycle.emit('job:skipped', { jobId: job.id, handler: handler.name, eventId: job.event.id, reason: 'already-consumed' });
+        this.emitCompleted({ job, durationMs });
+      }
+    } catch (thrown) {
+      const err = controller.signal.aborted ? controller.signal.reason : thrown;
+      this.fail(job, handler, err, log);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private fail(job: ClaimedJob, handler: RegisteredHandler, err: unknown, log: ReturnType<Worker['deps']['log']['child']>): void {
+    const now = appNow(this.deps.clock);
+    const entry = {
+      at: new Date(now).toISOString(),
+      attempt: job.attempt,
+      message: errorMessage(isPermanent(err) || isRetryAfter(err) ? (err as Error).cause ?? err : err),
+      name: errorName(err),
+      stack: errorStack(err),
+    };
+    let state: 'retryable' | 'discarded';
+    let scheduledAt: Date | null = null;
+    if (err instanceof WorkerStoppingError) {
+      state = 'retryable'; // a shutdown is not the handler's fault: run it again at once, elsewhere
+      scheduledAt = new Date(now);
+    } else if (isPermanent(err) || err instanceof MissingEventError || job.attempt >= job.maxAttempts) {
+      state = 'discarded';
+    } else {
+      state = 'retryable';
+      scheduledAt = new Date(now + (isRetryAfter(err) ? err.delayMs : handler.backoff(job.attempt)));
+    }
+    log.warn({ err: entry.message, retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
+    this.failures.push({ failure: { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry }, job, discarded: state === 'discarded' });
+  }
+
+  private emitCompleted(d: Done): void {
+    this.deps.lifecycle.emit('job:completed', {
+      jobId: d.job.id, handler: d.job.target, eventId: d.job.event.id, attempt: d.job.attempt, durationMs: d.durationMs,
+    });
+  }
+}
+
+class MissingEventError extends Error {
+  constructor(eventId: string) {
+    super(`event ${eventId} no longer exists (deleted by retention before its job ran)`);
+    this.name = 'MissingEventError';
+  }
+}
