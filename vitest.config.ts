@@ -8,5 +8,7 @@ export default defineConfig({
     // Files run in parallel processes; each test uses its own schema, so order never matters.
     pool: 'forks',
     maxWorkers: 2,
+    // rea logs handler failures at warn; tests cause many on purpose.
+    env: { REA_LOG_LEVEL: process.env.REA_LOG_LEVEL ?? 'silent' },
   },
 });

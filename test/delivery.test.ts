@@ -1,0 +1,255 @@
+// Handlers: routing, retries, discards, timeouts, permanent/retryAfter, transactional exactly-once,
+// trace propagation and stop().
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineEvents, permanent, retryAfter, type HandlerContext } from '../src/index.js';
+import { quickBackoff, targets, testBus } from './helpers/db.js';
+import { deferred } from './helpers/signals.js';
+
+const events = defineEvents({
+  'order.created': z.object({ orderNo: z.string() }),
+  'order.paid': z.object({ orderNo: z.string(), amount: z.number() }),
+  'user.signed_up': z.object({ email: z.string() }),
+  'audit.logged': z.object({ note: z.string() }),
+});
+
+describe.each(targets)('delivery on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('patterns route by prefix and * matches everything; payload types follow the pattern', async () => {
+    const bus = await testBus(target, events);
+    const got: Record<string, string[]> = { orders: [], all: [] };
+    bus.on('order.*', 'orders', (e) => {
+      // Compile-time check: only order events reach here, so the payload has orderNo.
+      got.orders!.push(`${e.type}:${e.payload.orderNo}`);
+    });
+    bus.on('*', 'all', (e) => {
+      got.all!.push(e.type);
+    });
+    await bus.start();
+    const allDone = new Promise<void>((resolve) => {
+      let n = 0;
+      bus.lifecycle.on('job:completed', () => ++n === 5 && resolve());
+    });
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.created', { orderNo: 'A' }, { subject: 'A' });
+      await bus.record(tx, 'order.paid', { orderNo: 'A', amount: 3 }, { subject: 'A' });
+      await bus.record(tx, 'user.signed_up', { email: 'a@example.com' });
+    });
+    await allDone;
+    expect(got.orders!.sort()).toEqual(['order.created:A', 'order.paid:A']);
+    expect(got.all!.sort()).toEqual(['order.created', 'order.paid', 'user.signed_up']);
+  });
+
+  test('a failing handler is retried and then succeeds; attempts and errors are recorded', async () => {
+    const bus = await testBus(target, events);
+    const attempts: number[] = [];
+    bus.on('order.created', 'flaky', (_e, ctx) => {
+      attempts.push(ctx.attempt);
+      if (ctx.attempt < 3) throw new Error(`provider down (try ${ctx.attempt})`);
+    }, { backoff: quickBackoff });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed');
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'F' }));
+    const completed = await done;
+    expect(completed.attempt).toBe(3);
+    expect(attempts).toEqual([1, 2, 3]);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job!.state).toBe('completed');
+    expect(job!.errors.map((e) => [e.attempt, e.message])).toEqual([[1, 'provider down (try 1)'], [2, 'provider down (try 2)']]);
+    expect(job!.errors[0]!.stack).toContain('provider down');
+  });
+
+  test('default backoff is 5 s × 5^(n-1) plus up to 30 s of jitter, counted from the failure', async () => {
+    const bus = await testBus(target, events);
+    bus.on('order.created', 'slow-retry', () => {
+      throw new Error('nope');
+    });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const before = Date.now();
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'B' }));
+    const f = await failed;
+    const delay = f.retryAt!.getTime() - before;
+    expect(delay).toBeGreaterThanOrEqual(5000);
+    expect(delay).toBeLessThan(5000 + 30_000 + 2000);
+  });
+
+  test('after maxAttempts the job is discarded with its whole error history; non-Error throws are caught', async () => {
+    const bus = await testBus(target, events);
+    const thrown: unknown[] = ['a plain string', { code: 42 }, undefined];
+    bus.on('order.created', 'hopeless', (_e, ctx) => {
+      throw thrown[ctx.attempt - 1];
+    }, { maxAttempts: 3, backoff: quickBackoff });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'D' }));
+    expect((await discarded).attempt).toBe(3);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job!.state).toBe('discarded');
+    expect(job!.finalizedAt).toBeInstanceOf(Date);
+    expect(job!.errors.map((e) => e.message)).toEqual(['a plain string', 'non-Error thrown: {"code":42}', 'undefined']);
+  });
+
+  test('a hanging handler is aborted at its timeout through ctx.signal', async () => {
+    const bus = await testBus(target, events);
+    let signal: AbortSignal | undefined;
+    bus.on('order.created', 'hangs', (_e, ctx) => {
+      signal = ctx.signal;
+      return new Promise(() => {}); // never settles, ignores the signal
+    }, { timeoutMs: 200, maxAttempts: 1 });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const started = Date.now();
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'H' }));
+    const d = await discarded;
+    expect(Date.now() - started).toBeGreaterThanOrEqual(190);
+    expect(d.error).toBe('handler timed out after 200 ms and was aborted');
+    expect(signal!.aborted).toBe(true);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job!.errors[0]!.name).toBe('HandlerTimeoutError');
+  });
+
+  test('permanent() discards at once; retryAfter() sets the next attempt time', async () => {
+    const bus = await testBus(target, events);
+    bus.on('order.created', 'perm', () => {
+      throw permanent(new Error('customer does not exist'));
+    });
+    bus.on('order.paid', 'later', () => {
+      throw retryAfter(60_000, 'rate limited');
+    });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded', (e) => e.handler === 'perm');
+    const failed = bus.lifecycle.waitFor('job:failed', (e) => e.handler === 'later');
+    const t0 = Date.now();
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.created', { orderNo: 'P' });
+      await bus.record(tx, 'order.paid', { orderNo: 'P', amount: 1 });
+    });
+    const d = await discarded;
+    expect(d.attempt).toBe(1);
+    expect(d.error).toBe('customer does not exist');
+    const f = await failed;
+    expect(f.retryAt!.getTime() - t0).toBeGreaterThanOrEqual(60_000);
+    expect(f.retryAt!.getTime() - t0).toBeLessThan(62_000);
+  });
+
+  test('transactional: writes, consume record and completion commit together; a redelivery does not run it again', async () => {
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".paid_totals (order_no text primary key, total numeric not null)`);
+    let calls = 0;
+    bus.on('order.paid', 'ledger', async (e, ctx) => {
+      calls++;
+      await ctx.tx!.query(
+        `insert into "${s}".paid_totals values ($1, $2) on conflict (order_no) do update set total = paid_totals.total + excluded.total`,
+        [e.payload.orderNo, e.payload.amount],
+      );
+    }, { transactional: true });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed');
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'T1', amount: 10 }));
+    await done;
+    const consumes = await target.query(`select handler from "${s}".consumes where event_id = $1`, [id]);
+    expect(consumes).toEqual([{ handler: 'ledger' }]);
+
+    // Force a redelivery, as a rescue after a lost completion would.
+    const skipped = bus.lifecycle.waitFor('job:skipped');
+    await target.query(`update "${s}".jobs set state = 'available', scheduled_at = now() where event_id = $1`, [id]);
+    bus.wake();
+    await skipped;
+    expect(calls).toBe(1);
+    expect(await target.query(`select total::int as total from "${s}".paid_totals`)).toEqual([{ total: 10 }]);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job!.state).toBe('completed');
+  });
+
+  test('transactional: a failing handler rolls back its writes and its consume record', async () => {
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".side_effects (note text)`);
+    bus.on('audit.logged', 'writer', async (e, ctx) => {
+      await ctx.tx!.query(`insert into "${s}".side_effects values ($1)`, [`${e.payload.note}:${ctx.attempt}`]);
+      if (ctx.attempt === 1) throw new Error('fail after writing');
+    }, { transactional: true, backoff: quickBackoff });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed');
+    await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: 'n' }));
+    expect((await done).attempt).toBe(2);
+    expect(await target.query(`select note from "${s}".side_effects`)).toEqual([{ note: 'n:2' }]);
+  });
+
+  test('handlers run in the event trace; events they record inherit the trace id; idempotency key is eventId:handler', async () => {
+    const bus = await testBus(target, events);
+    let ctxSeen: HandlerContext | undefined;
+    bus.on('order.created', 'chain', async (e, ctx) => {
+      ctxSeen = ctx;
+      await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: `after ${e.id}` }));
+    });
+    let auditTrace: string | null = null;
+    bus.on('audit.logged', 'audit', (e) => {
+      auditTrace = e.traceId;
+    });
+    await bus.start();
+    const auditDone = bus.lifecycle.waitFor('job:completed', (j) => j.handler === 'audit');
+    const traceId = 'ab'.repeat(16);
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C' }, { traceId }));
+    await auditDone;
+    expect(auditTrace).toBe(traceId);
+    expect(ctxSeen!.idempotencyKey).toBe(`${id}:chain`);
+  });
+
+  test('an event without a subscriber is fanned out with zero jobs', async () => {
+    const bus = await testBus(target, events);
+    bus.on('order.created', 'only-orders', () => {});
+    await bus.start();
+    const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
+    const id = await bus.transaction((tx) => bus.record(tx, 'user.signed_up', { email: 'x@example.com' }));
+    const batch = await fanned;
+    expect(batch).toEqual({ eventIds: [id], jobs: 0 });
+    expect((await bus.events.get(id))!.fannedOutAt).toBeInstanceOf(Date);
+    expect(await bus.jobs.forEvent(id)).toEqual([]);
+  });
+
+  test('events recorded in a transaction rea did not see are found by polling', async () => {
+    const bus = await testBus(target, events, { relay: { maxPollMs: 100 } });
+    const seen: string[] = [];
+    bus.on('order.created', 'poll', (e) => {
+      seen.push(e.payload.orderNo);
+    });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed');
+    // Record through a transaction of the driver's own (a pg client / PGlite tx): no wake-up is sent.
+    await bus.driver.transaction((q) => bus.record(q, 'order.created', { orderNo: 'Q' }));
+    await done;
+    expect(seen).toEqual(['Q']);
+  });
+
+  test('stop() waits for running handlers, then aborts those past its timeout and returns them to the queue', async () => {
+    const bus = await testBus(target, events);
+    let finished = 0;
+    const started = { quick: deferred(), stuck: deferred() };
+    bus.on('order.created', 'quick', async () => {
+      started.quick.resolve();
+      await new Promise((r) => setTimeout(r, 50));
+      finished++;
+    });
+    bus.on('order.paid', 'stuck', () => {
+      started.stuck.resolve();
+      return new Promise(() => {});
+    }, { timeoutMs: 60_000 });
+    await bus.start();
+    const ids = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'S1' }),
+      await bus.record(tx, 'order.paid', { orderNo: 'S1', amount: 1 }),
+    ]);
+    await Promise.all([started.quick.promise, started.stuck.promise]);
+    await bus.stop({ timeoutMs: 300 });
+    expect(finished).toBe(1);
+    const rows = await target.query(`select target, state, errors->0->>'name' as err from "${bus.schema}".jobs where event_id = any($1::uuid[]) order by target`, [ids]);
+    expect(rows).toEqual([
+      { target: 'quick', state: 'completed', err: null },
+      { target: 'stuck', state: 'retryable', err: 'WorkerStoppingError' },
+    ]);
+  });
+});

@@ -1,0 +1,188 @@
+// record(): what it accepts, what it refuses (typed errors, nothing stored), and rollback.
+import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { z } from 'zod';
+import * as v from 'valibot';
+import {
+  defineEvents, PayloadNotJsonError, PayloadTooLargeError, PayloadValidationError, UnknownEventTypeError,
+  UnsupportedTransactionError, DuplicateHandlerError, OptionsError,
+} from '../src/index.js';
+import { PG_URL, targets, testBus, type Target } from './helpers/db.js';
+
+const events = defineEvents({
+  'order.created': z.object({ orderNo: z.string(), total: z.number().int(), lines: z.array(z.object({ sku: z.string() })).optional() }),
+  'note.added': v.object({ text: v.string() }),
+  'blob.stored': z.object({ data: z.unknown() }),
+});
+
+async function eventCount(target: Target, schema: string): Promise<number> {
+  const rows = await target.query<{ n: number }>(`select count(*)::int as n from "${schema}".events`);
+  return rows[0]!.n;
+}
+
+describe.each(targets)('record on $name', (target) => {
+  it.skipIf(!target.available)('stores the event with id, subject, trace id and created_by inside bus.transaction', async () => {
+    const bus = await testBus(target, events);
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A1', total: 3 }, { subject: 'A1', createdBy: 'user:7' }));
+    const row = await bus.events.get(id);
+    expect(row).toMatchObject({ id, type: 'order.created', subject: 'A1', payload: { orderNo: 'A1', total: 3 }, createdBy: 'user:7', version: 1, fannedOutAt: null });
+    expect(row!.traceId).toMatch(/^[0-9a-f]{32}$/);
+    expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  it.skipIf(!target.available)('a rolled-back transaction leaves no event', async () => {
+    const bus = await testBus(target, events);
+    await expect(
+      bus.transaction(async (tx) => {
+        await bus.record(tx, 'order.created', { orderNo: 'R1', total: 1 }, { subject: 'R1' });
+        throw new Error('business rule failed');
+      }),
+    ).rejects.toThrow('business rule failed');
+    expect(await eventCount(target, bus.schema)).toBe(0);
+  });
+
+  it.skipIf(!target.available)('validates with any Standard Schema and names the bad field; nothing is stored', async () => {
+    const bus = await testBus(target, events);
+    const err = await bus
+      .transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'X', total: 'ten' as unknown as number }))
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(PayloadValidationError);
+    expect(err.code).toBe('ERR_PAYLOAD_INVALID');
+    expect(err.issues[0].path).toBe('total');
+    expect(err.message).toContain("payload for 'order.created' is invalid at total");
+
+    const nested = await bus
+      .transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'X', total: 1, lines: [{ sku: 1 as unknown as string }] }))
+      .catch((e) => e);
+    expect(nested.issues[0].path).toBe('lines[0].sku');
+
+    const valibotErr = await bus.transaction((tx) => bus.record(tx, 'note.added', { text: 5 as unknown as string })).catch((e) => e);
+    expect(valibotErr).toBeInstanceOf(PayloadValidationError);
+    expect(valibotErr.issues[0].path).toBe('text');
+    expect(await eventCount(target, bus.schema)).toBe(0);
+  });
+
+  it.skipIf(!target.available)('rejects unknown types, non-JSON values and oversized payloads', async () => {
+    const bus = await testBus(target, events, { maxPayloadBytes: 1024 });
+    const attempt = (type: string, payload: unknown) =>
+      bus.transaction((tx) => bus.record(tx, type as 'blob.stored', payload as { data: unknown })).catch((e) => e);
+
+    const unknown = await attempt('order.deleted', {});
+    expect(unknown).toBeInstanceOf(UnknownEventTypeError);
+    expect(unknown.message).toContain("unknown event type 'order.deleted'");
+
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    const cases: [unknown, string, string][] = [
+      [{ data: { a: undefined } }, 'data.a', 'undefined'],
+      [{ data: 10n }, 'data', 'BigInt'],
+      [{ data: { f: () => 1 } }, 'data.f', 'function'],
+      [{ data: cyclic }, 'data.self', 'circular'],
+      [{ data: [1, Number.NaN] }, 'data[1]', 'finite'],
+      [{ data: new Date() }, 'data', 'Date'],
+    ];
+    for (const [payload, path, word] of cases) {
+      const err = await attempt('blob.stored', payload);
+      expect(err, `${path}`).toBeInstanceOf(PayloadNotJsonError);
+      expect(err.path).toBe(path);
+      expect(err.message).toContain(word);
+    }
+
+    const big = await attempt('blob.stored', { data: 'x'.repeat(2000) });
+    expect(big).toBeInstanceOf(PayloadTooLargeError);
+    expect(big.message).toMatch(/is \d+ bytes, over the limit of 1024 bytes/);
+    expect(await eventCount(target, bus.schema)).toBe(0);
+  });
+
+  it.skipIf(!target.available)('recordMany validates every item before storing any', async () => {
+    const bus = await testBus(target, events);
+    const err = await bus
+      .transaction((tx) =>
+        bus.recordMany(tx, [
+          { type: 'order.created', payload: { orderNo: 'M1', total: 1 }, subject: 'M1' },
+          { type: 'order.created', payload: { orderNo: 'M2', total: -0.5 }, subject: 'M2' },
+        ]),
+      )
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(PayloadValidationError);
+    expect(await eventCount(target, bus.schema)).toBe(0);
+
+    const ids = await bus.transaction((tx) =>
+      bus.recordMany(tx, Array.from({ length: 50 }, (_, i) => ({ type: 'order.created' as const, payload: { orderNo: `M${i}`, total: i }, subject: `M${i}` }))),
+    );
+    expect(ids).toHaveLength(50);
+    expect([...ids].sort()).toEqual(ids); // UUIDv7: time-ordered in recording order
+    expect(await eventCount(target, bus.schema)).toBe(50);
+  });
+
+  it.skipIf(!target.available)('refuses a transaction handle that would commit on its own', async () => {
+    const bus = await testBus(target, events);
+    const raw = target.database() as { pglite?: unknown; postgres?: string };
+    if (target.name === 'pglite') {
+      const db = raw.pglite as { transaction: (fn: (tx: unknown) => Promise<unknown>) => Promise<unknown> };
+      const err = await bus.record(db, 'order.created', { orderNo: 'P', total: 1 }).catch((e) => e);
+      expect(err).toBeInstanceOf(UnsupportedTransactionError);
+      expect(err.message).toContain('PGlite database itself');
+      // A PGlite transaction is accepted, and its rollback leaves nothing.
+      await db.transaction(async (tx) => {
+        await bus.record(tx, 'order.created', { orderNo: 'P1', total: 1 });
+        await (tx as { rollback(): Promise<void> }).rollback();
+      });
+      expect(await eventCount(target, bus.schema)).toBe(0);
+      await db.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'P2', total: 1 }));
+      expect(await eventCount(target, bus.schema)).toBe(1);
+    } else {
+      const pool = new pg.Pool({ connectionString: PG_URL, max: 2 });
+      try {
+        const err = await bus.record(pool, 'order.created', { orderNo: 'P', total: 1 }).catch((e) => e);
+        expect(err).toBeInstanceOf(UnsupportedTransactionError);
+        expect(err.message).toContain('pg.Pool');
+        const client = await pool.connect();
+        try {
+          const idle = await bus.record(client, 'order.created', { orderNo: 'P', total: 1 }).catch((e) => e);
+          expect(idle).toBeInstanceOf(UnsupportedTransactionError);
+          expect(idle.message).toContain('not inside a transaction');
+          await client.query('BEGIN');
+          await bus.record(client, 'order.created', { orderNo: 'P1', total: 1 });
+          await client.query('ROLLBACK');
+          expect(await eventCount(target, bus.schema)).toBe(0);
+          await client.query('BEGIN');
+          await bus.record(client, 'order.created', { orderNo: 'P2', total: 1 });
+          await client.query('COMMIT');
+          expect(await eventCount(target, bus.schema)).toBe(1);
+        } finally {
+          client.release();
+        }
+      } finally {
+        await pool.end();
+      }
+    }
+    const notTx = await bus.record({} as unknown, 'order.created', { orderNo: 'P', total: 1 }).catch((e) => e);
+    expect(notTx).toBeInstanceOf(UnsupportedTransactionError);
+  });
+
+  it.skipIf(!target.available)('a tx used after its transaction ended is refused', async () => {
+    const bus = await testBus(target, events);
+    let leaked: unknown;
+    await bus.transaction(async (tx) => {
+      leaked = tx;
+    });
+    const err = await bus.record(leaked, 'order.created', { orderNo: 'L', total: 1 }).catch((e) => e);
+    expect(err).toBeInstanceOf(UnsupportedTransactionError);
+  });
+});
+
+describe('registration', () => {
+  it('handler names are unique and patterns must match a defined type', async () => {
+    const { createBus } = await import('../src/index.js');
+    const bus = createBus({ database: { pglite: 'memory://' }, events });
+    bus.on('order.created', 'one', () => {});
+    expect(() => bus.on('order.created', 'one', () => {})).toThrow(DuplicateHandlerError);
+    expect(() => bus.on('order.crated' as 'order.created', 'two', () => {})).toThrow(UnknownEventTypeError);
+    expect(() => bus.on('order.created', 'bad name!', () => {})).toThrow(OptionsError);
+    expect(() => bus.on('order.created', 'three', () => {}, { maxAttempts: 0 })).toThrow(/invalid option bus.on\('three'\).options.maxAttempts/);
+    expect(() => bus.on('order.created', 'four', () => {}, { timeoutMs: 5, bogus: 1 } as object)).toThrow(/unknown option\(s\) bogus/);
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { batchSize: -1 } })).toThrow(/invalid option createBus.relay.batchSize/);
+    await bus.stop();
+  });
+});
