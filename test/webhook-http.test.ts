@@ -23,7 +23,7 @@ interface TestServer {
 const servers: Server[] = [];
 
 // A real HTTP server on loopback; `handle` runs after the request body has been read.
-async function serve(handle: (req: IncomingMessage, res: ServerResponse) => void): Promise<TestServer> {
+async function serve(handle: (req: IncomingMessage, res: ServerResponse) => void, host = '127.0.0.1'): Promise<TestServer> {
   const seen: Seen[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -34,9 +34,9 @@ async function serve(handle: (req: IncomingMessage, res: ServerResponse) => void
     });
   });
   servers.push(server);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise<void>((r) => server.listen(0, host, r));
   const port = (server.address() as AddressInfo).port;
-  return { url: `http://127.0.0.1:${port}/hook`, port, seen, server };
+  return { url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/hook`, port, seen, server };
 }
 
 afterEach(async () => {
@@ -217,6 +217,16 @@ describe('webhook delivery over real HTTP', () => {
     // Allowed by address block instead of by name.
     const byCidr = await deliver({ url, headers: signed(), body, resolve, allowlist: ['127.0.0.0/8'] });
     expect(byCidr.outcome).toBe('success');
+  });
+
+  it('pins IPv6 answers too: a name resolving to ::1 reaches the server listening there', async () => {
+    const s = await serve((_req, res) => res.end('v6'), '::1');
+    const resolve: Resolver = async () => [{ address: '::1', family: 6 }];
+    const url = `http://six.test:${s.port}/`;
+    expect((await deliver({ url, headers: signed(), body, resolve })).error).toMatch(/loopback address ::1/);
+    const r = await deliver({ url, headers: signed(), body, resolve, allowlist: ['::1'] });
+    expect(r).toMatchObject({ outcome: 'success', responseExcerpt: 'v6', addresses: ['::1'] });
+    expect(s.seen[0]!.headers.host).toBe(`six.test:${s.port}`);
   });
 
   it('a resolver that does not answer in time counts against timeoutMs', async () => {

@@ -15,11 +15,12 @@ export interface SignInput {
   secrets: readonly string[];
 }
 
-export interface SignedHeaders {
+// A type alias, not an interface, so it can be passed straight to deliver({ headers }).
+export type SignedHeaders = {
   'webhook-id': string;
   'webhook-timestamp': string;
   'webhook-signature': string;
-}
+};
 
 // A header value that cannot carry a newline or the separators the signed content uses.
 const MSG_ID = /^[\x21-\x7e]{1,255}$/;
