@@ -229,6 +229,11 @@ describe('webhook delivery over real HTTP', () => {
     expect(s.seen[0]!.headers.host).toBe(`six.test:${s.port}`);
   });
 
+  it('refuses nonsense options with errors that name the field', async () => {
+    await expect(deliver({ url: 'http://93.184.216.34/', headers: {}, body, timeoutMs: 0 })).rejects.toThrow(/invalid option timeoutMs/);
+    await expect(deliver({ url: 'http://93.184.216.34/', headers: {}, body, allowlist: ['10.0.0.0/99'] })).rejects.toThrow(/allowlist\[0\]/);
+  });
+
   it('a resolver that does not answer in time counts against timeoutMs', async () => {
     const resolve: Resolver = () => new Promise(() => {});
     const r = await deliver({ url: 'http://slow-dns.test/', headers: signed(), body, resolve, timeoutMs: 100 });

@@ -5,6 +5,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupFunction } from 'node:net';
 import { Agent, request } from 'undici';
 import { assertUrlAllowed, checkAddress, type AddressPolicy, type CheckedUrl } from './address.js';
+import { OptionsError } from '../../core/errors.js';
 import { WebhookUrlRefusedError } from './errors.js';
 import { parseRetryAfter, WEBHOOK_MAX_RETRY_AFTER_MS } from './retry.js';
 
@@ -79,7 +80,7 @@ const DEADLINE = Symbol('deadline');
 
 function positive(name: string, v: number | undefined, fallback: number): number {
   const n = v ?? fallback;
-  if (!Number.isFinite(n) || n <= 0) throw new RangeError(`${name} must be a positive number, got ${n}`);
+  if (!Number.isFinite(n) || n <= 0) throw new OptionsError(name, `must be a positive number, got ${n}`);
   return n;
 }
 
@@ -180,7 +181,7 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
   const timeoutMs = positive('timeoutMs', options.timeoutMs, WEBHOOK_TIMEOUT_MS);
   const maxResponseBytes = positive('maxResponseBytes', options.maxResponseBytes, WEBHOOK_MAX_RESPONSE_BYTES);
   const excerptBytes = Math.min(positive('excerptBytes', options.excerptBytes, WEBHOOK_EXCERPT_BYTES), maxResponseBytes);
-  const maxRetryAfterMs = options.maxRetryAfterMs ?? WEBHOOK_MAX_RETRY_AFTER_MS;
+  const maxRetryAfterMs = positive('maxRetryAfterMs', options.maxRetryAfterMs, WEBHOOK_MAX_RETRY_AFTER_MS);
   const policy: AddressPolicy = { allowPrivateNetworks: options.allowPrivateNetworks ?? false, allowlist: options.allowlist ?? [] };
   const elapsed = () => Math.round(performance.now() - started);
   const empty = { responseExcerpt: '', responseBytes: 0, truncated: false };
