@@ -62,7 +62,12 @@ export const pgliteTarget: Target = {
   name: 'pglite',
   available: true,
   database: () => ({ pglite: pglite() }),
-  query: async (sql, params) => (await pglite().query<any>(sql, params)).rows,
+  // Without parameters, allow several statements (as psql would).
+  query: async (sql, params) => {
+    if (params) return (await pglite().query<any>(sql, params)).rows;
+    const results = await pglite().exec(sql);
+    return (results.at(-1)?.rows ?? []) as any[];
+  },
 };
 
 export const postgresTarget: Target = {
