@@ -1,0 +1,73 @@
+// Figure 6 (rea only): the relay's claim round (claim ≤200 unfanned events, insert their jobs, mark
+// them fanned) timed with little and with a lot of fanned history in the events table. The design
+// promises the same cost either way, because the claim reads a partial index of live rows only.
+//
+// A round is timed through bus.relayOnce(), the very round the relay loop runs, on a bus whose own
+// relay loop and worker are off, so nothing else claims the events under the clock.
+import { adminPool, median, nowMs } from './lib/env.js';
+import { makeBus, REA_TYPE } from './rea.js';
+
+const ROUND = 200;
+
+/** Add `count` fanned historical rows quickly: one insert … select generate_series, in chunks. */
+async function addHistory(schema: string, count: number): Promise<void> {
+  const chunk = 1_000_000;
+  for (let done = 0; done < count; done += chunk) {
+    const k = Math.min(chunk, count - done);
+    await adminPool().query(
+      `insert into "${schema}".events (id, type, subject, payload, created_at, fanned_out_at)
+       select gen_random_uuid(), $1, 'h-' || g, jsonb_build_object('seq', g), now() - interval '1 day', now() - interval '1 day'
+       from generate_series(1, $2::int) g`,
+      [REA_TYPE, k],
+    );
+  }
+  // Autovacuum would get there; the benchmark should not depend on when it does.
+  await adminPool().query(`vacuum analyze "${schema}".events`);
+}
+
+/** Insert ROUND unfanned events the way record() would: app-side time-ordered ids. */
+async function addRound(schema: string): Promise<void> {
+  await adminPool().query(
+    `insert into "${schema}".events (id, type, subject, payload)
+     select gen_random_uuid(), $1, 'r-' || g, jsonb_build_object('seq', g) from generate_series(1, $2::int) g`,
+    [REA_TYPE, ROUND],
+  );
+}
+
+async function timeRounds(bus: any, schema: string, rounds: number): Promise<number> {
+  const times: number[] = [];
+  for (let r = 0; r < rounds + 3; r++) {
+    await addRound(schema);
+    const t0 = nowMs();
+    const res = await bus.relayOnce();
+    const ms = nowMs() - t0;
+    const { rows } = await adminPool().query(
+      `select (select count(*) from "${schema}".events where fanned_out_at is null)::int as unfanned,
+              (select count(*) from "${schema}".jobs)::int as jobs`,
+    );
+    if (res !== 'full' || rows[0].unfanned !== 0 || rows[0].jobs !== (r + 1) * ROUND) {
+      throw new Error(`claim round ${r} returned ${res}, left ${rows[0].unfanned} unfanned, ${rows[0].jobs} jobs in all (expected ${(r + 1) * ROUND})`);
+    }
+    if (r >= 3) times.push(ms); // the first rounds warm the plan cache and the buffer pool
+  }
+  return median(times);
+}
+
+export async function claimCost(schema: string, small: number, large: number, rounds: number): Promise<{ smallMs: number; largeMs: number }> {
+  const bus = await makeBus(schema, { relay: { enabled: false }, worker: { enabled: false }, poolSize: 2 });
+  try {
+    await bus.migrate();
+    // One handler, so each claimed event becomes one job, as in figure 1. start() registers it.
+    bus.on(REA_TYPE, 'noop', async () => undefined);
+    await bus.start();
+    await addHistory(schema, small);
+    const smallMs = await timeRounds(bus, schema, rounds);
+    // The jobs from the first rounds stay: the second measurement counts them in its expectation.
+    await adminPool().query(`delete from "${schema}".jobs`);
+    await addHistory(schema, large - small - (rounds + 3) * ROUND);
+    const largeMs = await timeRounds(bus, schema, rounds);
+    return { smallMs, largeMs };
+  } finally {
+    await bus.stop();
+  }
+}

@@ -1,0 +1,191 @@
+// One function per figure of issue 6. Each takes a fresh schema, measures one system once and
+// returns plain numbers; run.ts does the interleaving, the repetitions and the medians.
+import { execFileSync, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { connectClients, drive, endClients, nowMs, percentile, sleep } from './lib/env.js';
+import type { System } from './lib/system.js';
+import { createOrders, orderTx } from './physical.js';
+import { reaLatencyBus } from './rea.js';
+
+const CHILD = fileURLToPath(new URL('./worker-child.ts', import.meta.url));
+
+export interface ThroughputResult {
+  jobsPerSec: number;
+  elapsedMs: number;
+  peakRssMB: number;
+  /** Peak minus the RSS once every module was loaded, just before the worker started. */
+  rssGrowthMB: number;
+}
+
+/** Figures 1 and 7: N pre-enqueued jobs, one no-op handler, `concurrency`; worker in a child process. */
+export async function throughput(system: System, schema: string, n: number, concurrency: number, timeoutMs: number): Promise<ThroughputResult> {
+  await system.install(schema);
+  await system.prefill(schema, n);
+  const pending = await system.remaining(schema);
+  if (pending !== n) throw new Error(`${system.name}: prefill left ${pending} jobs, expected ${n}`);
+
+  const child = fork(CHILD, [system.name, schema, String(n), String(concurrency), String(timeoutMs)], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const msg: any = await new Promise((resolve, reject) => {
+    let got: unknown;
+    child.on('message', (m) => (got = m));
+    child.on('error', reject);
+    child.on('exit', (code) => (got ? resolve(got) : reject(new Error(`${system.name} worker exited with ${code} and no report`))));
+  });
+  if (!msg.ok) throw new Error(`${system.name} worker failed:\n${msg.error}`);
+  // Every job exactly once, or the figure is meaningless: fail loudly.
+  const problems = [];
+  if (msg.handled !== n) problems.push(`handled ${msg.handled} times for ${n} jobs`);
+  if (msg.missing) problems.push(`${msg.missing} jobs never handled`);
+  if (msg.duplicated) problems.push(`${msg.duplicated} jobs handled more than once`);
+  if (msg.outOfRange) problems.push(`${msg.outOfRange} unknown payloads`);
+  if (msg.completedInDb !== null && msg.completedInDb !== n) problems.push(`database shows ${msg.completedInDb} completed, expected ${n}`);
+  if (problems.length) throw new Error(`${system.name} throughput run is wrong: ${problems.join('; ')}`);
+  const peak = Math.max(msg.rssPeakBytes, msg.vmHwmBytes ?? 0);
+  return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 2 ** 20, rssGrowthMB: (peak - msg.rssAtStartBytes) / 2 ** 20 };
+}
+
+export interface LatencyResult {
+  p50: number;
+  p95: number;
+  p99: number;
+  max: number;
+  achievedRate: number;
+}
+
+/**
+ * Figure 2: a steady `rate` of single-job transactions for `n` jobs; latency is the handler start
+ * minus the moment the enqueuing COMMIT returned to the producer (both in this process, so one clock).
+ * Sends are scheduled on a fixed grid and not serialized, so a slow commit does not slow the rate.
+ */
+export async function latency(system: System, schema: string, n: number, rate: number, concurrency: number): Promise<LatencyResult> {
+  await system.install(schema);
+  const committedAt = new Float64Array(n).fill(NaN);
+  const startedAt = new Float64Array(n).fill(NaN);
+  let handled = 0;
+  let done!: () => void;
+  const allDone = new Promise<void>((r) => (done = r));
+  const onJob = (seq: number) => {
+    if (Number.isNaN(startedAt[seq]!)) startedAt[seq] = nowMs();
+    if (++handled === n) done();
+  };
+
+  let send: (seq: number) => Promise<void>;
+  let stop: () => Promise<void>;
+  let clients: Awaited<ReturnType<typeof connectClients>> = [];
+  if (system.name === 'rea') {
+    const r = await reaLatencyBus(schema, concurrency, onJob);
+    send = (seq) => r.one(seq);
+    stop = () => r.stop();
+  } else {
+    const worker = await system.startWorker(schema, concurrency, onJob);
+    const producer = await system.producer(schema);
+    clients = await connectClients(8, 'rea-bench-latency');
+    const free = [...clients];
+    const waiters: ((c: (typeof clients)[number]) => void)[] = [];
+    const take = () => (free.length ? Promise.resolve(free.pop()!) : new Promise<(typeof clients)[number]>((r) => waiters.push(r)));
+    const give = (c: (typeof clients)[number]) => (waiters.length ? waiters.shift()!(c) : free.push(c));
+    send = async (seq) => {
+      const c = await take();
+      try {
+        await producer.one(c, seq);
+      } finally {
+        give(c);
+      }
+    };
+    stop = async () => {
+      await worker.stop();
+      await producer.close();
+    };
+  }
+  // Let the worker settle (LISTEN established, first idle poll done) before the clock starts.
+  await sleep(500);
+
+  const interval = 1000 / rate;
+  const t0 = nowMs();
+  const sends: Promise<void>[] = [];
+  for (let seq = 0; seq < n; seq++) {
+    const due = t0 + seq * interval;
+    const wait = due - nowMs();
+    if (wait > 1) await sleep(wait);
+    sends.push(send(seq).then(() => void (committedAt[seq] = nowMs())));
+  }
+  await Promise.all(sends);
+  const tSent = nowMs();
+  const timeout = sleep(30_000).then(() => 'timeout' as const);
+  const outcome = await Promise.race([allDone.then(() => 'ok' as const), timeout]);
+  await stop();
+  await endClients(clients);
+  if (outcome === 'timeout') throw new Error(`${system.name}: latency run handled ${handled} of ${n} within 30 s of the last commit`);
+
+  const lat: number[] = [];
+  for (let i = 0; i < n; i++) lat.push(startedAt[i]! - committedAt[i]!);
+  if (lat.some(Number.isNaN)) throw new Error(`${system.name}: some latency samples are missing`);
+  return {
+    p50: percentile(lat, 50),
+    p95: percentile(lat, 95),
+    p99: percentile(lat, 99),
+    max: Math.max(...lat),
+    achievedRate: n / ((tSent - t0) / 1000),
+  };
+}
+
+/** Figure 3: jobs per second enqueued one per transaction from 8 connections, and in batches of 500. */
+export async function enqueue(system: System, schema: string, singles: number, batched: number, connections: number): Promise<{ single: number; batch: number }> {
+  await system.install(schema);
+  const producer = await system.producer(schema);
+  const clients = await connectClients(connections, 'rea-bench-enqueue');
+  try {
+    await drive(clients, Math.min(200, singles / 10), (c, i) => producer.one(c, 1_000_000 + i));
+    const single = await drive(clients, singles, (c, i) => producer.one(c, i));
+    const batches = Math.ceil(batched / 500);
+    const batchRate = await drive(clients, batches, (c, b) =>
+      producer.many(c, Array.from({ length: 500 }, (_, k) => 2_000_000 + b * 500 + k)),
+    );
+    return { single, batch: batchRate * 500 };
+  } finally {
+    await endClients(clients);
+    await producer.close();
+  }
+}
+
+/**
+ * Figure 4 (rea only, though any system can run it): the same business transaction (insert an
+ * order) without and with one enqueue in it, alternated in chunks so drift in the machine hits
+ * both sides alike. Returns transactions per second for each side.
+ */
+export async function recordOverhead(system: System, schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number }> {
+  await system.install(schema);
+  await createOrders(schema);
+  const producer = await system.producer(schema);
+  const clients = await connectClients(connections, 'rea-bench-overhead');
+  try {
+    const chunk = Math.max(400, Math.ceil(total / 4));
+    const rounds = Math.ceil(total / chunk);
+    let alone = 0;
+    let withRecord = 0;
+    let i = 0;
+    await drive(clients, 200, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
+    for (let k = 0; k < rounds; k++) {
+      alone += await drive(clients, chunk, (c) => orderTx(c, schema, i++));
+      withRecord += await drive(clients, chunk, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
+    }
+    return { alone: alone / rounds, withRecord: withRecord / rounds };
+  } finally {
+    await endClients(clients);
+    await producer.close();
+  }
+}
+
+/**
+ * What the harness's TypeScript loader adds to any child's RSS: a bare child under tsx minus bare
+ * node. Production runs compiled JavaScript, so figure 7 is also shown net of this.
+ */
+export function loaderOverheadMB(): number {
+  const bare = fileURLToPath(new URL('./lib/bare.ts', import.meta.url));
+  const withTsx = JSON.parse(execFileSync(process.execPath, ['--import', 'tsx', bare]).toString());
+  const plain = JSON.parse(execFileSync(process.execPath, ['-e', 'console.log(JSON.stringify({ rss: process.memoryUsage().rss }))']).toString());
+  return (withTsx.rss - plain.rss) / 2 ** 20;
+}

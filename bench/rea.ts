@@ -1,0 +1,140 @@
+// rea under the harness, through its public API (src/index.ts): createBus, on, record, recordMany,
+// start, stop. Loaded lazily so the harness still runs the peers and the physical limit while the
+// bus is being written; figures for rea are then reported as skipped with the reason.
+import type pg from 'pg';
+import { adminPool, DATABASE_URL } from './lib/env.js';
+import type { Producer, RunningWorker, System } from './lib/system.js';
+
+export const REA_TYPE = 'bench.noop';
+const HANDLER = 'noop';
+
+type Api = { createBus: (o: any) => any; defineEvents: (d: any) => any; z: typeof import('zod').z };
+let api: Api | null | undefined;
+let apiError = '';
+
+/** Import rea's public entry point once; null (with the reason in apiError) until it exports a bus. */
+export async function reaApi(): Promise<Api | null> {
+  if (api !== undefined) return api;
+  try {
+    const mod: any = await import('../src/index.js');
+    if (typeof mod.createBus !== 'function' || typeof mod.defineEvents !== 'function') {
+      apiError = 'src/index.ts does not export createBus and defineEvents yet';
+      api = null;
+    } else {
+      api = { createBus: mod.createBus, defineEvents: mod.defineEvents, z: (await import('zod')).z };
+    }
+  } catch (err) {
+    apiError = `src/index.ts cannot be loaded: ${(err as Error).message.split('\n')[0]}`;
+    api = null;
+  }
+  return api;
+}
+
+export async function makeBus(schema: string, extra: Record<string, unknown> = {}): Promise<any> {
+  const a = (await reaApi())!;
+  const events = a.defineEvents({ [REA_TYPE]: a.z.object({ seq: a.z.number().int() }) });
+  return a.createBus({ database: { postgres: DATABASE_URL }, events, schema, ...extra });
+}
+
+const q = (schema: string) => `"${schema}"`;
+
+export const rea: System = {
+  name: 'rea',
+
+  async unavailable() {
+    if (!(await reaApi())) return apiError;
+    return null;
+  },
+
+  async install(schema) {
+    const bus = await makeBus(schema);
+    try {
+      await bus.migrate();
+    } finally {
+      await bus.stop?.();
+    }
+  },
+
+  async prefill(schema, n) {
+    // Pre-recorded events, unfanned: the relay's fan-out is part of what figure 1 measures for rea.
+    const bus = await makeBus(schema);
+    try {
+      for (let start = 0; start < n; start += 500) {
+        const batch: { type: string; payload: { seq: number } }[] = [];
+        for (let seq = start; seq < Math.min(n, start + 500); seq++) batch.push({ type: REA_TYPE, payload: { seq } });
+        await bus.transaction((tx: unknown) => bus.recordMany(tx, batch));
+      }
+    } finally {
+      await bus.stop?.();
+    }
+  },
+
+  async startWorker(schema, concurrency, onJob): Promise<RunningWorker> {
+    const bus = await makeBus(schema, { worker: { concurrency } });
+    bus.on(REA_TYPE, HANDLER, async (event: any) => {
+      onJob(event.payload.seq);
+    }, { concurrency });
+    await bus.start();
+    return {
+      async stop() {
+        await bus.stop();
+      },
+    };
+  },
+
+  async remaining(schema) {
+    const { rows } = await adminPool().query(
+      `select (select count(*) from ${q(schema)}.events where fanned_out_at is null and poisoned_at is null)
+            + (select count(*) from ${q(schema)}.jobs where state in ('available', 'running', 'retryable')) as n`,
+    );
+    return Number(rows[0].n);
+  },
+
+  async completed(schema) {
+    const { rows } = await adminPool().query(`select count(*)::int as n from ${q(schema)}.jobs where state = 'completed'`);
+    return rows[0].n;
+  },
+
+  async producer(schema): Promise<Producer> {
+    const bus = await makeBus(schema);
+    return {
+      async inTx(c: pg.Client, seq: number) {
+        await bus.record(c, REA_TYPE, { seq });
+      },
+      async one(c: pg.Client, seq: number) {
+        await c.query('BEGIN');
+        await bus.record(c, REA_TYPE, { seq });
+        await c.query('COMMIT');
+      },
+      async many(c: pg.Client, seqs: number[]) {
+        await c.query('BEGIN');
+        await bus.recordMany(c, seqs.map((seq) => ({ type: REA_TYPE, payload: { seq } })));
+        await c.query('COMMIT');
+      },
+      async close() {
+        await bus.stop?.();
+      },
+    };
+  },
+};
+
+/**
+ * Commit→handler latency for rea goes through bus.transaction(), the path the design promises is
+ * fast: rea sees its own commit and wakes the local relay at once. Returns a producer whose
+ * `one` resolves right after that commit.
+ */
+export async function reaLatencyBus(schema: string, concurrency: number, onJob: (seq: number) => void) {
+  const bus = await makeBus(schema, { worker: { concurrency } });
+  bus.on(REA_TYPE, HANDLER, async (event: any) => {
+    onJob(event.payload.seq);
+  }, { concurrency });
+  await bus.start();
+  return {
+    async one(seq: number) {
+      await bus.transaction((tx: unknown) => bus.record(tx, REA_TYPE, { seq }));
+    },
+    async stop() {
+      await bus.stop();
+    },
+  };
+}

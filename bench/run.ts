@@ -1,0 +1,290 @@
+// `npm run bench [-- --quick] [-- --only=<figure>[,<figure>]] [-- --reps=N]`
+// Runs the figures of issue 6 against rea, graphile-worker and pg-boss on one PostgreSQL,
+// interleaved (rea, graphile, pg-boss, rea, …) so drift in the machine spreads over all systems,
+// prints one JSON line per figure and system, and writes the results as Markdown.
+import { writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { claimCost } from './claim.js';
+import { enqueue, latency, loaderOverheadMB, recordOverhead, throughput } from './figures.js';
+import { closeAdmin, dropSchema, ensureDatabase, median } from './lib/env.js';
+import type { System } from './lib/system.js';
+import { physicalRates } from './physical.js';
+import { environment, jsonLine, markdown, seriesMedian, type Series, type Target } from './report.js';
+import { loadSystems } from './systems.js';
+
+const SYSTEMS = await loadSystems();
+
+const FIGURES = ['throughput', 'latency', 'enqueue', 'overhead', 'physical', 'claim'] as const;
+type Figure = (typeof FIGURES)[number];
+// Figure 7 (memory) is sampled during figure 1, so asking for it runs figure 1.
+const ALIASES: Record<string, Figure> = { memory: 'throughput', rss: 'throughput', '1': 'throughput', '7': 'throughput', '2': 'latency', '3': 'enqueue', '4': 'overhead', '5': 'physical', '6': 'claim' };
+
+const args = process.argv.slice(2);
+const flag = (name: string) => args.find((a) => a === `--${name}` || a.startsWith(`--${name}=`));
+const value = (name: string) => flag(name)?.split('=').slice(1).join('=');
+for (const a of args) {
+  if (!/^--(quick|only|reps|out)(=|$)/.test(a)) {
+    console.error(`unknown argument ${a}\nusage: npm run bench -- [--quick] [--only=${FIGURES.join('|')}|memory[,…]] [--reps=N] [--out=path]`);
+    process.exit(2);
+  }
+}
+const quick = !!flag('quick');
+const only: Figure[] | null = value('only')
+  ? value('only')!.split(',').map((f) => {
+      const fig = (ALIASES[f] ?? f) as Figure;
+      if (!FIGURES.includes(fig)) {
+        console.error(`unknown figure ${f}; one of ${FIGURES.join(', ')}, memory`);
+        process.exit(2);
+      }
+      return fig;
+    })
+  : null;
+const figures = FIGURES.filter((f) => !only || only.includes(f));
+const reps = Number(value('reps') ?? (quick ? 1 : 3));
+
+const CONCURRENCY = 8;
+const CONNECTIONS = 8;
+const SIZE = quick
+  ? { throughput: 2_000, latencyN: 400, rate: 200, singles: 2_000, batched: 10_000, physical: 4_000, overhead: 4_000, claimSmall: 10_000, claimLarge: 1_000_000, claimRounds: 10, timeoutMs: 60_000 }
+  : { throughput: 20_000, latencyN: 2_000, rate: 200, singles: 20_000, batched: 50_000, physical: 20_000, overhead: 20_000, claimSmall: 10_000, claimLarge: 5_000_000, claimRounds: 20, timeoutMs: 300_000 };
+
+const log = (...m: unknown[]) => console.error('[bench]', ...m);
+
+// results[figureKey][system] -> runs
+const runs = new Map<string, Map<string, number[]>>();
+const skipped = new Map<string, string>(); // system -> reason
+const failures: string[] = [];
+const failedCells = new Map<string, string>(); // `${figure}|${system}` -> error
+function put(figure: string, system: string, v: number) {
+  if (!runs.has(figure)) runs.set(figure, new Map());
+  const m = runs.get(figure)!;
+  if (!m.has(system)) m.set(system, []);
+  m.get(system)!.push(v);
+}
+
+let loaderMB = 0;
+
+const short: Record<string, string> = { 'rea': 'rea', 'graphile-worker': 'gw', 'pg-boss': 'pgb', 'postgres': 'pg' };
+
+async function cell(figure: Figure, system: string, rep: number, fn: (schema: string) => Promise<void>) {
+  const schema = `bench_${short[system]}_${figure}_r${rep}`;
+  await dropSchema(schema);
+  const t0 = Date.now();
+  try {
+    await fn(schema);
+    log(`${figure} ${system} rep ${rep}: ok in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  } catch (err) {
+    const msg = `${figure} / ${system} / rep ${rep}: ${(err as Error).stack ?? err}`;
+    failures.push(msg);
+    failedCells.set(`${figure}|${system}`, (err as Error).message ?? String(err));
+    console.error(`\n[bench] FAILED ${msg}\n`);
+  } finally {
+    // Drop at once: 5 M history rows and 20 k-job queues should not pile up across repetitions.
+    await dropSchema(schema).catch(() => undefined);
+  }
+}
+
+async function runSystemFigure(figure: Figure, sys: System, rep: number) {
+  await cell(figure, sys.name, rep, async (schema) => {
+    switch (figure) {
+      case 'throughput': {
+        const r = await throughput(sys, schema, SIZE.throughput, CONCURRENCY, SIZE.timeoutMs);
+        put('throughput', sys.name, r.jobsPerSec);
+        put('peak_rss', sys.name, r.peakRssMB);
+        put('peak_rss_net_of_loader', sys.name, r.peakRssMB - loaderMB);
+        put('rss_growth_while_working', sys.name, r.rssGrowthMB);
+        break;
+      }
+      case 'latency': {
+        const r = await latency(sys, schema, SIZE.latencyN, SIZE.rate, CONCURRENCY);
+        put('latency_p50', sys.name, r.p50);
+        put('latency_p95', sys.name, r.p95);
+        put('latency_p99', sys.name, r.p99);
+        put('latency_max', sys.name, r.max);
+        put('latency_offered_rate', sys.name, r.achievedRate);
+        break;
+      }
+      case 'enqueue': {
+        const r = await enqueue(sys, schema, SIZE.singles, SIZE.batched, CONNECTIONS);
+        put('enqueue_single', sys.name, r.single);
+        put('enqueue_batch500', sys.name, r.batch);
+        break;
+      }
+      case 'overhead': {
+        const r = await recordOverhead(sys, schema, SIZE.overhead, CONNECTIONS);
+        put('overhead_order_alone', sys.name, r.alone);
+        put('overhead_order_with_record', sys.name, r.withRecord);
+        break;
+      }
+      case 'claim': {
+        const r = await claimCost(schema, SIZE.claimSmall, SIZE.claimLarge, SIZE.claimRounds);
+        put('claim_small_history', sys.name, r.smallMs);
+        put('claim_large_history', sys.name, r.largeMs);
+        break;
+      }
+      case 'physical':
+        break;
+    }
+  });
+}
+
+/** Which systems take part in which figure: 4 and 6 are about rea's own costs. */
+function systemsFor(figure: Figure): System[] {
+  if (figure === 'overhead' || figure === 'claim') return SYSTEMS.filter((s) => s.name === 'rea');
+  if (figure === 'physical') return [];
+  return SYSTEMS;
+}
+
+async function main() {
+  const started = new Date();
+  await ensureDatabase();
+  for (const s of SYSTEMS) {
+    const why = await s.unavailable();
+    if (why) {
+      skipped.set(s.name, why);
+      log(`${s.name} skipped: ${why}`);
+    }
+  }
+
+  if (figures.includes('throughput')) {
+    loaderMB = loaderOverheadMB();
+    log(`tsx loader adds ${loaderMB.toFixed(1)} MB to a child's RSS`);
+  }
+  log(`${quick ? 'QUICK' : 'full'} run: figures ${figures.join(', ')}; ${reps} repetition(s)`);
+  for (let rep = 1; rep <= reps; rep++) {
+    for (const figure of figures) {
+      if (figure === 'physical') {
+        await cell('physical', 'postgres', rep, async (schema) => {
+          const r = await physicalRates(schema, SIZE.physical, CONNECTIONS);
+          put('physical_plain', 'postgres', r.plain);
+          put('physical_notify', 'postgres', r.notify);
+        });
+        continue;
+      }
+      for (const sys of systemsFor(figure)) {
+        if (skipped.has(sys.name)) continue;
+        await runSystemFigure(figure, sys, rep);
+      }
+    }
+  }
+
+  const series = collect();
+  for (const s of series) console.log(jsonLine(s));
+
+  const env = await environment();
+  const targets = targetsOf(series);
+  const partial = only !== null;
+  const out = value('out') ?? fileURLToPath(new URL(quick || partial ? './RESULTS.quick.md' : './RESULTS.md', import.meta.url));
+  const npmArgs = args.length ? ` -- ${args.join(' ')}` : '';
+  const command = process.env.npm_lifecycle_event === 'bench' ? `npm run bench${npmArgs}` : `node --import tsx bench/run.ts ${args.join(' ')}`.trim();
+  writeFileSync(out, markdown({
+    title: quick ? 'rea benchmark results (QUICK MODE)' : partial ? 'rea benchmark results (partial)' : 'rea benchmark results',
+    quick, partial, command, date: started.toISOString(), reps, env, series, targets, failures,
+    sizes: {
+      'figure 1 jobs': SIZE.throughput.toLocaleString('en-US'),
+      'concurrency': String(CONCURRENCY),
+      'figure 2': `${SIZE.latencyN.toLocaleString('en-US')} jobs at ${SIZE.rate}/s`,
+      'figure 3': `${SIZE.singles.toLocaleString('en-US')} single-job transactions; ${SIZE.batched.toLocaleString('en-US')} jobs in batches of 500; ${CONNECTIONS} connections`,
+      'figure 4': `${SIZE.overhead.toLocaleString('en-US')} transactions per side, ${CONNECTIONS} connections`,
+      'figure 5': `${SIZE.physical.toLocaleString('en-US')} transactions per variant, ${CONNECTIONS} connections`,
+      'figure 6': `${SIZE.claimSmall.toLocaleString('en-US')} vs ${SIZE.claimLarge.toLocaleString('en-US')} fanned rows; median of ${SIZE.claimRounds} rounds of 200${quick ? ' (quick mode uses 1 M, not 5 M)' : ''}`,
+    },
+    notes: NOTES,
+  }));
+  log(`wrote ${out}`);
+  await closeAdmin();
+  if (failures.length) {
+    console.error(`[bench] ${failures.length} run(s) FAILED; see above`);
+    process.exit(1);
+  }
+}
+
+const UNITS: Record<string, string> = {
+  throughput: 'jobs/s', peak_rss: 'MB', peak_rss_net_of_loader: 'MB', rss_growth_while_working: 'MB', latency_p50: 'ms', latency_p95: 'ms', latency_p99: 'ms', latency_max: 'ms',
+  latency_offered_rate: 'jobs/s', enqueue_single: 'jobs/s', enqueue_batch500: 'jobs/s',
+  overhead_order_alone: 'tx/s', overhead_order_with_record: 'tx/s', physical_plain: 'tx/s', physical_notify: 'tx/s',
+  claim_small_history: 'ms', claim_large_history: 'ms',
+};
+const FIGURE_OF: Record<string, Figure> = {
+  throughput: 'throughput', peak_rss: 'throughput', peak_rss_net_of_loader: 'throughput', rss_growth_while_working: 'throughput', latency_p50: 'latency', latency_p95: 'latency', latency_p99: 'latency',
+  latency_max: 'latency', latency_offered_rate: 'latency', enqueue_single: 'enqueue', enqueue_batch500: 'enqueue',
+  overhead_order_alone: 'overhead', overhead_order_with_record: 'overhead', physical_plain: 'physical', physical_notify: 'physical',
+  claim_small_history: 'claim', claim_large_history: 'claim',
+};
+
+function collect(): Series[] {
+  const out: Series[] = [];
+  const plain = runs.get('physical_plain')?.get('postgres');
+  const plainMedian = plain ? median(plain) : undefined;
+  for (const key of Object.keys(UNITS)) {
+    const fig = FIGURE_OF[key]!;
+    if (!figures.includes(fig)) continue;
+    const names = fig === 'physical' ? ['postgres'] : systemsFor(fig).map((s) => s.name);
+    for (const name of names) {
+      const r = runs.get(key)?.get(name);
+      const s: Series = { figure: key, system: name, unit: UNITS[key]!, runs: r ?? [] };
+      if (!r) {
+        if (skipped.has(name)) s.skipped = skipped.get(name)!;
+        else s.failed = failedCells.get(`${fig}|${name}`) ?? 'no result';
+      }
+      // Every rea rate is also shown against what PostgreSQL commits with no queue at all.
+      if (r && name === 'rea' && plainMedian && UNITS[key] === 'jobs/s' && key !== 'latency_offered_rate') s.fractionOfPlain = median(r) / plainMedian;
+      out.push(s);
+    }
+  }
+  // Ratios of medians, as the issue defines them.
+  const ratio = (figure: string, num: string, den: string, unit: string, note: string) => {
+    const a = runs.get(num)?.get('rea');
+    const b = runs.get(den)?.get('rea');
+    if (a && b) out.push({ figure, system: 'rea', unit, runs: a.map((x, i) => x / b[i]!), median: median(a) / median(b), note });
+  };
+  if (figures.includes('overhead')) ratio('record_overhead', 'overhead_order_alone', 'overhead_order_with_record', 'ratio', 'tx/s alone ÷ tx/s with record (time per tx with ÷ without)');
+  if (figures.includes('claim')) ratio('claim_ratio', 'claim_large_history', 'claim_small_history', 'ratio', 'claim ms with large history ÷ with 10 k');
+  return out;
+}
+
+function targetsOf(series: Series[]): Target[] {
+  const get = (figure: string, system: string) => {
+    const s = series.find((x) => x.figure === figure && x.system === system && !x.skipped && !x.failed && x.runs.length);
+    return s ? seriesMedian(s) : undefined;
+  };
+  const t: Target[] = [];
+  const rea1 = get('throughput', 'rea');
+  const peers1 = [get('throughput', 'graphile-worker'), get('throughput', 'pg-boss')].filter((x): x is number => x !== undefined);
+  const best = peers1.length ? Math.max(...peers1) : undefined;
+  t.push({ figure: '1 throughput', text: '≥ 2× the faster peer', met: rea1 !== undefined && best !== undefined ? rea1 >= 2 * best : undefined,
+    value: rea1 !== undefined && best !== undefined ? `${Math.round(rea1)} vs ${Math.round(best)} jobs/s (${(rea1 / best).toFixed(2)}×)` : best !== undefined ? `faster peer ${Math.round(best)} jobs/s; rea not measured` : '—' });
+  const p99 = get('latency_p99', 'rea');
+  t.push({ figure: '2 latency', text: 'p99 ≤ 10 ms', met: p99 !== undefined ? p99 <= 10 : undefined, value: p99 !== undefined ? `${p99.toFixed(2)} ms` : '—' });
+  const single = get('enqueue_single', 'rea');
+  const plain = get('physical_plain', 'postgres');
+  t.push({ figure: '3 record single', text: '≥ 0.9 × plain rate (figure 5)', met: single !== undefined && plain !== undefined ? single >= 0.9 * plain : undefined,
+    value: single !== undefined && plain !== undefined ? `${Math.round(single)} vs ${Math.round(plain)} tx/s (${(single / plain).toFixed(2)})` : plain !== undefined ? `plain ${Math.round(plain)} tx/s; rea not measured` : '—' });
+  const ov = get('record_overhead', 'rea');
+  t.push({ figure: '4 record overhead', text: '≤ 1.10', met: ov !== undefined ? ov <= 1.1 : undefined, value: ov !== undefined ? ov.toFixed(3) : '—' });
+  const cr = get('claim_ratio', 'rea');
+  t.push({ figure: '6 claim vs history', text: '≤ 1.2', met: cr !== undefined ? cr <= 1.2 : undefined, value: cr !== undefined ? `${cr.toFixed(3)}${quick ? ' (quick: 1 M rows, not 5 M)' : ''}` : '—' });
+  const rss = get('peak_rss', 'rea');
+  const net = get('peak_rss_net_of_loader', 'rea');
+  t.push({ figure: '7 memory', text: 'worker peak RSS ≤ 150 MB (judged net of the tsx loader, which production does not run)', met: net !== undefined ? net <= 150 : undefined,
+    value: rss !== undefined && net !== undefined ? `${net.toFixed(1)} MB net (${rss.toFixed(1)} MB as measured under tsx)` : '—' });
+  return t;
+}
+
+const NOTES = [
+  'Every system runs on a fresh schema of the same database for every figure and repetition; the schema is dropped right after.',
+  'Figure 1: jobs are enqueued with each system\'s bulk API before the worker starts (rea: recordMany of 500, unfanned, so the relay\'s fan-out is inside the measurement). The worker runs in a child process; the clock runs from just before the worker is started until every handler has run and the database shows no unfinished job (graphile: no row left in _private_jobs; pg-boss: every job `completed`; rea: no unfanned event and no job available/running/retryable). The run fails unless every job ran exactly once (a per-seq counter, checked again 250 ms after the end) and, where the system keeps them, the database shows exactly N completed.',
+  'graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.',
+  'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system. The harness runs TypeScript through tsx, which adds a fixed amount to every child (measured each run: a bare child under tsx minus bare node); `peak_rss_net_of_loader` subtracts it, `rss_growth_while_working` is peak minus the RSS just before the worker started.',
+  'Figure 2: producer and worker in one process (one clock). A job is sent every 5 ms on a fixed grid, each in its own transaction on one of 8 connections (rea: bus.transaction + record); latency = handler start − the moment COMMIT returned. The peers use the same configuration as figure 1.',
+  'Figure 3: single = BEGIN, enqueue one job, COMMIT, back to back on 8 connections (graphile: add_job SQL; pg-boss: send() on the caller\'s client; rea: record() on the caller\'s client). Batched = one transaction per 500 jobs (graphile add_jobs, pg-boss insert, rea recordMany), 8 connections.',
+  'Figure 4: BEGIN, insert an order row, COMMIT vs the same with record() before COMMIT, 8 connections, alternated in chunks; ratio = tx/s alone ÷ tx/s with record.',
+  'Figure 5: BEGIN, insert one row into a plain orders table, COMMIT, 8 connections; and the same with `select pg_notify(\'x\', \'\')` in each transaction. rea rates are also shown as a fraction of the plain rate.',
+  'Figure 6: fanned history rows are inserted with insert … select generate_series and vacuum-analyzed; then 200 unfanned events are inserted and one relay fan-out round (claim, insert jobs, mark fanned) is timed, repeated; median ms; ratio large ÷ small.',
+];
+
+main().catch(async (err) => {
+  console.error('[bench] fatal', err);
+  await closeAdmin().catch(() => undefined);
+  process.exit(1);
+});
