@@ -100,6 +100,8 @@ export interface Bus<S extends EventSchemas> {
   jobs: {
     forEvent(eventId: string): Promise<JobRow[]>;
   };
+  /** The handler registered under `name` (for rea/testing). */
+  handler(name: string): RegisteredHandler | undefined;
   /** One relay round now (for tests and the CLI); resolves with what it did. */
   relayOnce(): Promise<'full' | 'some' | 'none'>;
   readonly isLeader: boolean;
@@ -308,6 +310,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     jobs: {
       forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),
     },
+
+    handler: (name) => handlers.get(name),
 
     relayOnce: () => relay.round(),
 

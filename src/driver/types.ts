@@ -147,6 +147,8 @@ export interface Executor {
   eventRecordFanFailure(params: { id: string; error: string; maxFanAttempts: number; now: Date | null }): Promise<{ poisoned: boolean }>;
   eventRequeue(params: { ids?: string[]; poisoned?: boolean }): Promise<string[]>;
   eventGet(params: { id: string }): Promise<EventRow | null>;
+  /** Events inserted by the transaction `q` is in (for rea/testing assertions). */
+  eventListInCurrentTransaction(q: Queryable): Promise<EventRow[]>;
 
   handlerUpsertMany(handlers: HandlerSubscription[]): Promise<void>;
 
@@ -178,6 +180,8 @@ export interface Driver {
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T>;
   /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */
   unwrapTransaction(tx: unknown): Queryable;
+  /** Run a script of several statements in one transaction (capture triggers, operator SQL). */
+  execScript(sql: string): Promise<void>;
   /** Run one statement on the driver's pool (for admin scripts and tests). */
   query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: R[] }>;
   /** Connection lost, server restarting, serialization failure: worth retrying later, not the row's fault. */

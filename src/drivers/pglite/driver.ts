@@ -44,6 +44,10 @@ export class PGliteDriver implements Driver {
     return this.db.transaction((tx) => fn(tx as unknown as Queryable, tx));
   }
 
+  async execScript(sql: string): Promise<void> {
+    await this.db.transaction((tx) => tx.exec(sql));
+  }
+
   unwrapTransaction(tx: unknown): Queryable {
     return unwrapPGliteTransaction(tx);
   }

@@ -67,6 +67,11 @@ export class PostgresDriver implements Driver {
     }
   }
 
+  async execScript(sql: string): Promise<void> {
+    // Without parameters node-postgres uses the simple protocol, which runs several statements.
+    await this.transaction((q) => q.query(sql));
+  }
+
   unwrapTransaction(tx: unknown): Queryable {
     return unwrapPostgresTransaction(tx);
   }

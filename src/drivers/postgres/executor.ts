@@ -54,13 +54,12 @@ export class PostgresExecutor implements Executor {
 
   async eventGet(p: { id: string }): Promise<EventRow | null> {
     const { rows } = await this.pool.query<Row>(this.sql.eventGet, [p.id]);
-    const r = rows[0];
-    if (!r) return null;
-    return {
-      id: r.id, type: r.type, subject: r.subject, payload: r.payload, traceId: r.trace_id,
-      createdBy: r.created_by, version: r.version, createdAt: r.created_at, fannedOutAt: r.fanned_out_at,
-      fanAttempts: r.fan_attempts, poisonedAt: r.poisoned_at, lastError: r.last_error,
-    };
+    return rows[0] ? mapEvent(rows[0]) : null;
+  }
+
+  async eventListInCurrentTransaction(q: Queryable): Promise<EventRow[]> {
+    const { rows } = await q.query<Row>(this.sql.eventListInCurrentTransaction);
+    return rows.map(mapEvent);
   }
 
   async handlerUpsertMany(handlers: HandlerSubscription[]): Promise<void> {
@@ -147,6 +146,14 @@ export class PostgresExecutor implements Executor {
 
 function affected(res: { rowCount?: number | null; affectedRows?: number }): number {
   return res.rowCount ?? (res as { affectedRows?: number }).affectedRows ?? 0;
+}
+
+export function mapEvent(r: Row): EventRow {
+  return {
+    id: r.id, type: r.type, subject: r.subject, payload: r.payload, traceId: r.trace_id,
+    createdBy: r.created_by, version: r.version, createdAt: r.created_at, fannedOutAt: r.fanned_out_at,
+    fanAttempts: r.fan_attempts, poisonedAt: r.poisoned_at, lastError: r.last_error,
+  };
 }
 
 export function mapJob(r: Row): JobRow {

@@ -74,6 +74,14 @@ update ${s}.events set poisoned_at = null, fan_attempts = 0, last_error = null
 where poisoned_at is not null
 returning id::text as id`,
 
+    // Rows this very transaction inserted: their xmin is its transaction id (modulo 2^32).
+    eventListInCurrentTransaction: /* sql */ `
+select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
+       fanned_out_at, fan_attempts, poisoned_at, last_error
+from ${s}.events
+where xmin::text = (pg_current_xact_id()::text::bigint % 4294967296)::text
+order by id`,
+
     eventGet: /* sql */ `
 select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
        fanned_out_at, fan_attempts, poisoned_at, last_error

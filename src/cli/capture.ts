@@ -1,0 +1,48 @@
+// rea capture: print (or apply) the migration SQL for a trigger that records an event when a
+// watched column of an application table really changes.
+import { Command } from 'commander';
+import { captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
+import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
+import { withAdminBus } from './admin-bus.js';
+
+const list = (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean);
+
+export function captureCommand(): Command {
+  return addConnectionFlags(
+    new Command('capture').description('generate a capture trigger: record an event when watched columns of a table really change'),
+  )
+    .requiredOption('--table <[schema.]table>', 'the application table')
+    .requiredOption('--subject <column>', 'key column used as the event subject')
+    .option('--watch <cols>', 'comma-separated columns whose real change records an update event', list)
+    .option('--payload <cols>', 'comma-separated columns carried in the payload', list)
+    .option('--type <type>', 'event type for inserts and updates')
+    .option('--insert <type>', 'event type for inserts')
+    .option('--update <type>', 'event type for updates')
+    .option('--delete <type>', 'event type for deletes')
+    .option('--name <name>', 'base name of the trigger and its function')
+    .option('--down', 'print the SQL that removes the trigger instead')
+    .option('--json', 'print { up, down } as JSON')
+    .option('--apply', 'run the up SQL against the database now (in one transaction)')
+    .action(async (flags: ConnectionFlags & {
+      table: string; subject: string; watch?: string[]; payload?: string[]; type?: string;
+      insert?: string; update?: string; delete?: string; name?: string; down?: boolean; json?: boolean; apply?: boolean;
+    }) => {
+      const eventTypes: CaptureEventTypes | undefined = flags.insert || flags.update || flags.delete
+        ? { insert: flags.insert, update: flags.update, delete: flags.delete }
+        : undefined;
+      const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
+      const sql = captureTriggerSql({
+        schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
+        payloadColumns: flags.payload ?? flags.watch ?? [], name: flags.name,
+        ...(eventTypes ? { eventTypes } : { eventType: flags.type }),
+      });
+      if (flags.apply) {
+        resolveConnection(flags); // fail early with a clear message when no database is given
+        await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up));
+        console.log(`capture trigger on ${flags.table} applied`);
+        return;
+      }
+      if (flags.json) console.log(JSON.stringify(sql));
+      else console.log(flags.down ? sql.down : sql.up);
+    });
+}

@@ -1,0 +1,14 @@
+// rea migrate: apply rea's migrations to the schema.
+import { Command } from 'commander';
+import { addConnectionFlags, type ConnectionFlags } from './settings.js';
+import { withAdminBus } from './admin-bus.js';
+
+export function migrateCommand(): Command {
+  return addConnectionFlags(new Command('migrate').description("create or upgrade rea's tables"))
+    .option('--json', 'print JSON')
+    .action(async (flags: ConnectionFlags & { json?: boolean }) => {
+      const { applied } = await withAdminBus(flags, (bus) => bus.migrate());
+      if (flags.json) console.log(JSON.stringify({ applied }));
+      else console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'already up to date');
+    });
+}

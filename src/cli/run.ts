@@ -1,0 +1,39 @@
+// rea run <module>: start the bus a module exports, and stop it gracefully on SIGINT/SIGTERM.
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Command } from 'commander';
+import type { Bus } from '../bus.js';
+import { OptionsError } from '../core/errors.js';
+
+export function runCommand(): Command {
+  return new Command('run')
+    .description('run the relay, workers and maintenance of the bus exported by <module> (export `bus`, or a default export)')
+    .argument('<module>', 'path to a module exporting a bus (or a function returning one)')
+    .option('--migrate', 'run migrations before starting')
+    .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', '10000')
+    .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: string }) => {
+      const bus = await loadBus(modulePath);
+      if (flags.migrate) await bus.migrate();
+      await bus.start();
+      console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
+      await new Promise<void>((done) => {
+        const stop = async (signal: string) => {
+          console.error(`rea: ${signal}: stopping, waiting up to ${flags.stopTimeout} ms for running handlers`);
+          await bus.stop({ timeoutMs: Number(flags.stopTimeout) });
+          done();
+        };
+        process.once('SIGINT', () => void stop('SIGINT'));
+        process.once('SIGTERM', () => void stop('SIGTERM'));
+      });
+    });
+}
+
+async function loadBus(modulePath: string): Promise<Bus<any>> {
+  const mod = await import(pathToFileURL(resolve(modulePath)).href);
+  let candidate = mod.bus ?? mod.default;
+  if (typeof candidate === 'function') candidate = await candidate();
+  if (!candidate || typeof candidate.start !== 'function' || typeof candidate.record !== 'function') {
+    throw new OptionsError('run <module>', `${modulePath} must export a bus created with createBus() as \`bus\` or as its default export`);
+  }
+  return candidate;
+}

@@ -1,0 +1,64 @@
+// rea/testing: helpers for the application's own tests. Assert what a transaction recorded, and
+// run one handler directly, without the relay or a worker.
+import type { Bus } from '../bus.js';
+import type { EventSchemas, EventType, PayloadOutput } from '../core/events.js';
+import { defaultLogger } from '../core/logger.js';
+import type { EventRow } from '../driver/types.js';
+import { isReaTransaction } from '../tx/rea.js';
+import type { HandlerContext } from '../worker/registry.js';
+
+/** The events recorded so far in `tx` (still uncommitted), oldest first. */
+export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]> {
+  return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx));
+}
+
+/**
+ * Throws unless `tx` recorded an event of `type` whose payload contains `payload` (a partial match).
+ * Returns the matching event.
+ */
+export async function expectRecorded<S extends EventSchemas, T extends EventType<S>>(
+  bus: Bus<S>, tx: unknown, type: T, payload?: Partial<PayloadOutput<S, T>>,
+): Promise<EventRow> {
+  const rows = await recordedIn(bus, tx);
+  const found = rows.find((r) => r.type === type && (payload === undefined || containsPartial(r.payload, payload)));
+  if (!found) {
+    const seen = rows.map((r) => `${r.type} ${JSON.stringify(r.payload)}`).join('\n  ') || '(none)';
+    throw new Error(`expected this transaction to record '${type}'${payload ? ` with ${JSON.stringify(payload)}` : ''}; it recorded:\n  ${seen}`);
+  }
+  return found;
+}
+
+/**
+ * Run the handler registered as `name` on `event` now, in-process. With `transactional`, pass a
+ * transaction as `tx` (bus.transaction gives one). Throws what the handler throws.
+ */
+export async function runHandlerNow(
+  bus: Bus<any>,
+  name: string,
+  event: { type: string; payload: unknown; id?: string; subject?: string | null; traceId?: string | null },
+  options: { attempt?: number; tx?: unknown; signal?: AbortSignal } = {},
+): Promise<void> {
+  const handler = bus.handler(name);
+  if (!handler) throw new Error(`no handler named '${name}' is registered on this bus`);
+  if (handler.transactional && !isReaTransaction(options.tx)) {
+    throw new Error(`handler '${name}' is transactional: pass { tx } from bus.transaction()`);
+  }
+  const id = event.id ?? '00000000-0000-7000-8000-000000000000';
+  const ctx: HandlerContext = {
+    signal: options.signal ?? new AbortController().signal,
+    attempt: options.attempt ?? 1,
+    maxAttempts: handler.maxAttempts,
+    idempotencyKey: `${id}:${name}`,
+    jobId: 'test',
+    coalesced: 1,
+    log: defaultLogger(),
+    tx: options.tx as HandlerContext['tx'],
+  };
+  await handler.fn({ id, subject: null, traceId: null, createdBy: null, version: 1, createdAt: new Date(), ...event }, ctx);
+}
+
+function containsPartial(actual: unknown, expected: unknown): boolean {
+  if (expected === null || typeof expected !== 'object') return Object.is(actual, expected);
+  if (actual === null || typeof actual !== 'object') return false;
+  return Object.entries(expected).every(([k, v]) => containsPartial((actual as Record<string, unknown>)[k], v));
+}
