@@ -4,6 +4,9 @@ import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.j
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
+import { PostgresWebhookExecutor } from './executor-webhooks.js';
+import { PostgresAdminExecutor } from './executor-admin.js';
+import { PostgresOperationsExecutor } from './executor-operations.js';
 import { postgresStatements } from './sql.js';
 
 export interface PostgresDriverOptions {
@@ -19,6 +22,9 @@ export class PostgresDriver implements Driver {
   readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, dialect: 'postgres' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
+  readonly admin: PostgresAdminExecutor;
+  readonly webhooks: PostgresWebhookExecutor;
+  readonly operations: PostgresOperationsExecutor;
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly connectionString: string | undefined;
@@ -40,6 +46,9 @@ export class PostgresDriver implements Driver {
     // An idle client that loses its connection must not crash the process.
     this.pool.on('error', (err) => options.onError(err, 'pool'));
     this.executor = new PostgresExecutor(this.pool, this.sql);
+    this.admin = new PostgresAdminExecutor(this.pool, s);
+    this.webhooks = new PostgresWebhookExecutor(this.pool, s);
+    this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s);
   }
 
   async migrate(): Promise<{ applied: number[] }> {
@@ -50,6 +59,13 @@ export class PostgresDriver implements Driver {
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    // A checked-out client has no error listener of the pool's; without ours, a connection
+    // killed mid-transaction would crash the process instead of failing this transaction.
+    const onError = (err: Error) => {
+      broken = err;
+      this.options.onError(err, 'transaction');
+    };
+    client.on('error', onError);
     try {
       await client.query('BEGIN');
       const result = await fn(client, client);
@@ -63,6 +79,7 @@ export class PostgresDriver implements Driver {
       }
       throw err;
     } finally {
+      client.off('error', onError);
       client.release(broken);
     }
   }
