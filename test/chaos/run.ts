@@ -160,26 +160,26 @@ async function main(): Promise<void> {
   await Promise.all(workers.map((w) => new Promise((r) => (w.exitCode !== null ? r(null) : w.once('exit', r)))));
 
   const result = await withClient(URL_, async (c) => {
-    const q = async (sql: string) => (await c.query(sql)).rows[0] as Record<string, number>;
-    const stored = await q(`select count(*)::int as n from "${schema}".events`);
-    const counts = await q(`select
+    const q = async <K extends string>(sql: string) => (await c.query(sql)).rows[0] as Record<K, number>;
+    const stored = await q<'n'>(`select count(*)::int as n from "${schema}".events`);
+    const counts = await q<'missing_counter' | 'duplicate_counter'>(`select
       count(*) filter (where c.n is null)::int as missing_counter,
       count(*) filter (where c.n > 1)::int as duplicate_counter
       from "${schema}".events e left join "${schema}".chaos_counts c on c.event_id = e.id`);
-    const appends = await q(`select
+    const appends = await q<'missing_append' | 'redelivered'>(`select
       count(*) filter (where a.k is null)::int as missing_append,
       coalesce(sum(a.k - 1) filter (where a.k > 1), 0)::int as redelivered
       from "${schema}".events e
       left join (select event_id, count(*)::int as k from "${schema}".chaos_appends group by event_id) a on a.event_id = e.id`);
-    const stuck = await q(`select count(*)::int as n from "${schema}".jobs where state in ('running', 'available', 'retryable')`);
-    const discarded = await q(`select count(*)::int as n from "${schema}".jobs where state = 'discarded'`);
+    const stuck = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state in ('running', 'available', 'retryable')`);
+    const discarded = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state = 'discarded'`);
     const ids = (await c.query(`select id::text as id from "${schema}".events`)).rows.map((r) => r.id as string);
     const storedIds = new Set(ids);
     const lostAcknowledged = [...acknowledged].filter((id) => !storedIds.has(id)).length;
-    return { stored: stored.n!, ...counts, ...appends, stuck: stuck.n!, discarded: discarded.n!, lostAcknowledged };
+    return { stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, lostAcknowledged };
   });
 
-  const lost = result.lostAcknowledged + result.missing_counter! + result.missing_append!;
+  const lost = result.lostAcknowledged + result.missing_counter + result.missing_append;
   const summary = {
     mode: short ? 'short' : 'full', schema, kills, postgresRestarted: restartPostgres, acknowledged: acknowledged.size,
     ambiguousCommits: ambiguous, stored: result.stored, lost, duplicateEffects: result.duplicate_counter,
@@ -188,7 +188,7 @@ async function main(): Promise<void> {
   };
   console.log(JSON.stringify(summary));
   await producer.stop();
-  const failed = lost > 0 || summary.duplicateEffects! > 0 || summary.stuckJobs > 0 || summary.discardedJobs > 0;
+  const failed = lost > 0 || summary.duplicateEffects > 0 || summary.stuckJobs > 0 || summary.discardedJobs > 0;
   if (!failed) await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade`));
   if (failed) {
     console.error('chaos: FAILED (lost, duplicated, stuck or discarded work); schema kept for inspection: ' + schema);
