@@ -6,7 +6,7 @@ import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
-import { BusStateError, DuplicateHandlerError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
+import { BusStateError, DuplicateHandlerError, InvalidFilterError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
 import {
   patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes,
   type PayloadInput, type ReaEvent,
@@ -18,6 +18,8 @@ import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, validateWith, type Ha
 import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
+import type { EventSummary, JobSummary } from './driver/admin.js';
+import { eventListParams, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
@@ -96,9 +98,15 @@ export interface Bus<S extends EventSchemas> {
   events: {
     get(id: string): Promise<EventRow | null>;
     requeue(target: readonly string[] | { poisoned: true }): Promise<string[]>;
+    /** Newest first, filtered, one page at a time (keyset on the UUIDv7 id); InvalidFilterError names a bad filter. */
+    list(filter?: EventListFilter): Promise<Page<EventSummary>>;
   };
   jobs: {
     forEvent(eventId: string): Promise<JobRow[]>;
+    /** Newest first, by state, kind, handler or event, one page at a time; InvalidFilterError names a bad filter. */
+    list(filter?: JobListFilter): Promise<Page<JobSummary>>;
+    /** Dead-letter waiting jobs (available, retryable) by hand; returns the ids that moved. */
+    discard(ids: readonly string[]): Promise<string[]>;
   };
   /** The handler registered under `name` (for rea/testing). */
   handler(name: string): RegisteredHandler | undefined;
@@ -305,10 +313,24 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         if (ids.length > 0) bus.wake();
         return ids;
       },
+      async list(filter) {
+        const p = eventListParams(filter);
+        return pageOf(await driver.admin.eventList({ ...p, limit: p.limit + 1 }), p.limit);
+      },
     },
 
     jobs: {
       forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),
+      async list(filter) {
+        const p = jobListParams(filter);
+        return pageOf(await driver.admin.jobList({ ...p, limit: p.limit + 1 }), p.limit);
+      },
+      async discard(ids) {
+        if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && /^[1-9][0-9]{0,18}$/.test(id))) {
+          throw new InvalidFilterError('ids', 'must be an array of job ids');
+        }
+        return driver.admin.jobDiscard({ ids: [...ids], now: clock.now() });
+      },
     },
 
     handler: (name) => handlers.get(name),

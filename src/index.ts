@@ -4,7 +4,7 @@ export type { Bus, BusOptions, DatabaseOptions, Overview, RecordItem, RecordOpti
 export { defineEvents } from './core/events.js';
 export type { EventCatalog, EventSchemas, EventType, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent } from './core/events.js';
 export {
-  BusStateError, DuplicateHandlerError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
+  BusStateError, DuplicateHandlerError, InvalidFilterError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
   PayloadValidationError, PermanentError, ReaError, RetryAfterError, UnknownEventTypeError, UnsupportedTransactionError,
   permanent, retryAfter,
 } from './core/errors.js';
@@ -20,4 +20,6 @@ export type { Logger } from './core/logger.js';
 export type { HandlerContext } from './worker/registry.js';
 export type { Transaction } from './tx/rea.js';
 export type { Driver, EventRow, JobRow, JobState, Queryable } from './driver/types.js';
+export type { EventState, EventSummary, JobSummary } from './driver/admin.js';
+export type { EventListFilter, JobListFilter, Page } from './core/filters.js';
 export { uuidv7 } from './core/uuid.js';

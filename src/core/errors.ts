@@ -11,7 +11,8 @@ export type ReaErrorCode =
   | 'ERR_BUS_STATE'
   | 'ERR_MIGRATION'
   | 'ERR_DATABASE'
-  | 'ERR_NOT_FOUND';
+  | 'ERR_NOT_FOUND'
+  | 'ERR_INVALID_FILTER';
 
 export class ReaError extends Error {
   readonly code: ReaErrorCode;
@@ -86,6 +87,13 @@ export class BusStateError extends ReaError {
 export class NotFoundError extends ReaError {
   constructor(what: string) {
     super('ERR_NOT_FOUND', `${what} not found`);
+  }
+}
+
+/** A list filter (events, jobs) is malformed; `parameter` names it, as the HTTP API's 400 does. */
+export class InvalidFilterError extends ReaError {
+  constructor(readonly parameter: string, problem: string) {
+    super('ERR_INVALID_FILTER', `invalid filter ${parameter}: ${problem}`);
   }
 }
 

@@ -1,5 +1,6 @@
 // The Driver seam: everything relay, worker, maintenance and admin code needs from a database.
 // No pg, PGlite or mysql2 type crosses this seam; each driver owns its SQL and migrations.
+import type { AdminExecutor } from './admin.js';
 
 /** The least a database handle must offer: run one statement with positional parameters. */
 export interface Queryable {
@@ -174,6 +175,8 @@ export interface Driver {
   readonly capabilities: DriverCapabilities;
   readonly schema: string;
   readonly executor: Executor;
+  /** Admin lists and lookups (HTTP API, panel, CLI); see driver/admin.ts. */
+  readonly admin: AdminExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
   migrate(): Promise<{ applied: number[] }>;
   /** Run fn in a transaction on one of rea's own connections. */

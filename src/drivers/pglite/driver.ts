@@ -5,6 +5,7 @@ import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.j
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
+import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
 import { postgresStatements } from '../postgres/sql.js';
 
 export interface PGliteDriverOptions {
@@ -17,6 +18,7 @@ export class PGliteDriver implements Driver {
   readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: false, dialect: 'pglite' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
+  readonly admin: PostgresAdminExecutor;
   private readonly db: PGlite;
   private readonly ownsDb: boolean;
   private readonly sql: ReturnType<typeof postgresStatements>;
@@ -33,6 +35,7 @@ export class PGliteDriver implements Driver {
     }
     const pool: Queryable = { query: (text, params) => this.db.query(text, params) as never };
     this.executor = new PostgresExecutor(pool, this.sql);
+    this.admin = new PostgresAdminExecutor(pool, quoteSchema(options.schema));
   }
 
   async migrate(): Promise<{ applied: number[] }> {

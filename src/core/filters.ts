@@ -1,0 +1,122 @@
+// Event and job list filters: validated here, once, for the bus, the HTTP API and the CLI. A bad
+// filter is an InvalidFilterError naming the parameter; time bounds become UUIDv7 id bounds so
+// a time range is a range scan on the primary key.
+import type { EventListParams, EventState, JobListParams } from '../driver/admin.js';
+import { EVENT_STATES } from '../driver/admin.js';
+import { JOB_STATES, type JobKind, type JobState } from '../driver/types.js';
+import { InvalidFilterError } from './errors.js';
+
+export const LIST_LIMIT = { default: 50, max: 500 } as const;
+const JOB_KINDS: readonly JobKind[] = ['handler', 'webhook', 'forward'];
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const TYPE_PATTERN = /^(\*|[A-Za-z0-9_.:-]+(\.\*)?)$/;
+
+export interface EventListFilter {
+  /** An exact type or a `prefix.*` pattern. */
+  type?: string;
+  subject?: string;
+  traceId?: string;
+  state?: EventState;
+  /** Recorded at or after (Date or ISO 8601 text). */
+  since?: Date | string;
+  /** Recorded before. */
+  until?: Date | string;
+  /** `nextCursor` of the previous page. */
+  cursor?: string;
+  /** 1–500, default 50. */
+  limit?: number;
+}
+
+export interface JobListFilter {
+  state?: JobState;
+  kind?: JobKind;
+  /** Handler name (webhook jobs: endpoint id). */
+  handler?: string;
+  eventId?: string;
+  cursor?: string;
+  limit?: number;
+}
+
+export interface Page<T> {
+  items: T[];
+  /** Pass as `cursor` for the next (older) page; null on the last page. */
+  nextCursor: string | null;
+}
+
+export function isUuid(v: unknown): v is string {
+  return typeof v === 'string' && UUID.test(v);
+}
+
+/** The smallest UUIDv7 whose timestamp is `ms`: ids at or after the instant compare ≥ it. */
+export function uuidv7Floor(ms: number): string {
+  const hex = Math.max(0, Math.min(ms, 2 ** 48 - 1)).toString(16).padStart(12, '0');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-7000-8000-000000000000`;
+}
+
+export function eventListParams(filter: EventListFilter = {}): EventListParams {
+  if (filter === null || typeof filter !== 'object') throw new InvalidFilterError('filter', 'must be an object');
+  const type = optionalText(filter.type, 'type');
+  if (type !== null && !TYPE_PATTERN.test(type)) {
+    throw new InvalidFilterError('type', `"${type}" is not an event type or a prefix.* pattern`);
+  }
+  const state = filter.state ?? null;
+  if (state !== null && !EVENT_STATES.includes(state)) {
+    throw new InvalidFilterError('state', `must be one of ${EVENT_STATES.join(', ')}`);
+  }
+  const since = optionalTime(filter.since, 'since');
+  const until = optionalTime(filter.until, 'until');
+  if (since !== null && until !== null && since >= until) throw new InvalidFilterError('until', 'must be later than since');
+  const cursor = filter.cursor ?? null;
+  if (cursor !== null && !isUuid(cursor)) throw new InvalidFilterError('cursor', 'must be the nextCursor of a previous page (an event id)');
+  return {
+    typePattern: type,
+    subject: optionalText(filter.subject, 'subject'),
+    traceId: optionalText(filter.traceId, 'traceId'),
+    state,
+    minId: since === null ? null : uuidv7Floor(since),
+    maxId: until === null ? null : uuidv7Floor(until),
+    beforeId: cursor === null ? null : cursor.toLowerCase(),
+    limit: limitOf(filter.limit),
+  };
+}
+
+export function jobListParams(filter: JobListFilter = {}): JobListParams {
+  if (filter === null || typeof filter !== 'object') throw new InvalidFilterError('filter', 'must be an object');
+  const state = filter.state ?? null;
+  if (state !== null && !JOB_STATES.includes(state)) throw new InvalidFilterError('state', `must be one of ${JOB_STATES.join(', ')}`);
+  const kind = filter.kind ?? null;
+  if (kind !== null && !JOB_KINDS.includes(kind)) throw new InvalidFilterError('kind', `must be one of ${JOB_KINDS.join(', ')}`);
+  const eventId = filter.eventId ?? null;
+  if (eventId !== null && !isUuid(eventId)) throw new InvalidFilterError('eventId', 'must be an event id (a UUID)');
+  const cursor = filter.cursor ?? null;
+  if (cursor !== null && !/^[1-9][0-9]{0,18}$/.test(cursor)) throw new InvalidFilterError('cursor', 'must be the nextCursor of a previous page (a job id)');
+  return { state, kind, target: optionalText(filter.handler, 'handler'), eventId, beforeId: cursor, limit: limitOf(filter.limit) };
+}
+
+/** Fetch one row more than asked: its presence says there is a next page, without a count. */
+export function pageOf<T extends { id: string }>(rows: T[], limit: number): Page<T> {
+  const items = rows.slice(0, limit);
+  return { items, nextCursor: rows.length > limit ? items[items.length - 1]!.id : null };
+}
+
+function limitOf(v: unknown): number {
+  if (v === undefined || v === null) return LIST_LIMIT.default;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > LIST_LIMIT.max) {
+    throw new InvalidFilterError('limit', `must be a whole number from 1 to ${LIST_LIMIT.max}`);
+  }
+  return v;
+}
+
+function optionalText(v: unknown, name: string): string | null {
+  if (v === undefined || v === null || v === '') return null;
+  if (typeof v !== 'string') throw new InvalidFilterError(name, 'must be a string');
+  if (v.length > 500) throw new InvalidFilterError(name, 'must be at most 500 characters');
+  return v;
+}
+
+function optionalTime(v: unknown, name: string): number | null {
+  if (v === undefined || v === null || v === '') return null;
+  const ms = v instanceof Date ? v.getTime() : typeof v === 'string' && /^\d{4}-\d{2}-\d{2}/.test(v) ? Date.parse(v) : NaN;
+  if (!Number.isFinite(ms)) throw new InvalidFilterError(name, 'must be a date or an ISO 8601 timestamp (2025-01-31T12:00:00Z)');
+  return ms;
+}

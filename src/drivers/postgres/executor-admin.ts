@@ -1,0 +1,61 @@
+// The AdminExecutor for PostgreSQL dialects (pg and PGlite share it): runs the admin statements
+// and maps rows to rea's own types.
+import type { AdminExecutor, EventListParams, EventState, EventSummary, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
+import type { Queryable } from '../../driver/types.js';
+import { mapJob } from './executor.js';
+import { patternToLike } from './patterns.js';
+import { postgresAdminStatements, type PostgresAdminStatements } from './sql-admin.js';
+
+type Row = Record<string, any>;
+
+export class PostgresAdminExecutor implements AdminExecutor {
+  private readonly sql: PostgresAdminStatements;
+
+  constructor(private readonly pool: Queryable, quotedSchema: string) {
+    this.sql = postgresAdminStatements(quotedSchema);
+  }
+
+  async eventList(p: EventListParams): Promise<EventSummary[]> {
+    const text = p.state === 'unfanned' ? this.sql.eventListUnfanned
+      : p.state === 'fanned' ? this.sql.eventListFanned
+        : p.state === 'poisoned' ? this.sql.eventListPoisoned
+          : this.sql.eventListAll;
+    const { rows } = await this.pool.query<Row>(text, [p.beforeId, p.minId, p.maxId, p.typePattern === null ? null : patternToLike(p.typePattern), p.subject, p.traceId, p.limit]);
+    return rows.map((r) => ({
+      id: r.id, type: r.type, subject: r.subject, traceId: r.trace_id, createdBy: r.created_by,
+      createdAt: r.created_at, state: eventState(r), fannedOutAt: r.fanned_out_at, fanAttempts: r.fan_attempts,
+      poisonedAt: r.poisoned_at, lastError: r.last_error, payloadPreview: r.payload_preview,
+    }));
+  }
+
+  async jobList(p: JobListParams): Promise<JobSummary[]> {
+    const { rows } = await this.pool.query<Row>(this.sql.jobList, [p.state, p.kind, p.target, p.eventId, p.beforeId, p.limit]);
+    return rows.map((r) => ({ ...mapJob(r), eventType: r.event_type ?? null, eventSubject: r.event_subject ?? null }));
+  }
+
+  async jobDiscard(p: { ids: string[]; now: Date | null }): Promise<string[]> {
+    if (p.ids.length === 0) return [];
+    const { rows } = await this.pool.query<Row>(this.sql.jobDiscard, [p.ids, p.now]);
+    return rows.map((r) => r.id as string);
+  }
+
+  async handlerNames(): Promise<string[]> {
+    const { rows } = await this.pool.query<Row>(this.sql.handlerNames);
+    return rows.map((r) => r.name as string);
+  }
+
+  async leaderGet(): Promise<LeaderLease | null> {
+    const { rows } = await this.pool.query<Row>(this.sql.leaderGet);
+    const r = rows[0];
+    return r ? { leaderId: r.leader_id, electedAt: r.elected_at, expiresAt: r.expires_at, readAt: r.read_at } : null;
+  }
+
+  async ping(): Promise<void> {
+    await this.pool.query(this.sql.ping);
+  }
+}
+
+function eventState(r: Row): EventState {
+  if (r.poisoned_at) return 'poisoned';
+  return r.fanned_out_at ? 'fanned' : 'unfanned';
+}

@@ -1,0 +1,74 @@
+// The admin read statements for PostgreSQL and PGlite (lists with keyset pagination, the leader
+// lease, operator discards), named after the AdminExecutor method that runs each one.
+
+const eventColumns = /* sql */ `
+  id::text as id, type, subject, trace_id, created_by, created_at, fanned_out_at, fan_attempts,
+  poisoned_at, last_error, left(payload::text, 200) as payload_preview`;
+
+// One statement per state, so the state predicate is a literal the planner can match to the
+// partial indexes (unfanned rows by id, poisoned rows) instead of a generic `$n is null or …`.
+const stateClauses = {
+  all: 'true',
+  unfanned: 'fanned_out_at is null and poisoned_at is null',
+  fanned: 'fanned_out_at is not null',
+  poisoned: 'poisoned_at is not null',
+} as const;
+
+export function postgresAdminStatements(s: string) {
+  const eventList = (state: keyof typeof stateClauses) => /* sql */ `
+select ${eventColumns}
+from ${s}.events
+where ${stateClauses[state]}
+  and ($1::uuid is null or id < $1::uuid)
+  and ($2::uuid is null or id >= $2::uuid)
+  and ($3::uuid is null or id < $3::uuid)
+  and ($4::text is null or type like $4)
+  and ($5::text is null or subject = $5)
+  and ($6::text is null or trace_id = $6)
+order by id desc
+limit $7`;
+
+  return {
+    eventListAll: eventList('all'),
+    eventListUnfanned: eventList('unfanned'),
+    eventListFanned: eventList('fanned'),
+    eventListPoisoned: eventList('poisoned'),
+
+    jobList: /* sql */ `
+select j.id::text as id, j.event_id::text as event_id, j.kind, j.target, j.state, j.attempt, j.max_attempts,
+       j.priority, j.coalesced, j.scheduled_at, j.attempted_at, j.finalized_at, j.lease_expires_at,
+       j.created_at, j.errors, e.type as event_type, e.subject as event_subject
+from ${s}.jobs j
+left join ${s}.events e on e.id = j.event_id
+where ($1::text is null or j.state = $1)
+  and ($2::text is null or j.kind = $2)
+  and ($3::text is null or j.target = $3)
+  and ($4::uuid is null or j.event_id = $4::uuid)
+  and ($5::bigint is null or j.id < $5::bigint)
+order by j.id desc
+limit $6`,
+
+    // Only waiting jobs: a running job belongs to its worker, whose completion would otherwise
+    // race the operator (cancel it after it finishes, or let it run).
+    jobDiscard: /* sql */ `
+update ${s}.jobs
+set state = 'discarded',
+    finalized_at = coalesce($2::timestamptz, now()),
+    lease_expires_at = null,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+      'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'DiscardedByOperator',
+      'message', 'discarded by an operator from the admin API'))
+where id = any($1::bigint[]) and state in ('available', 'retryable')
+returning id::text as id`,
+
+    handlerNames: /* sql */ `select name from ${s}.handlers order by name`,
+
+    leaderGet: /* sql */ `
+select leader_id, elected_at, expires_at, now() as read_at
+from ${s}.leader where name = 'default'`,
+
+    ping: /* sql */ `select 1 as ok`,
+  };
+}
+
+export type PostgresAdminStatements = ReturnType<typeof postgresAdminStatements>;
