@@ -1,0 +1,82 @@
+// Leader election (a lease row with a TTL), per-handler concurrency, and log context.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createBus, defineEvents, type Logger } from '../src/index.js';
+import { freshSchema, targets, testBus } from './helpers/db.js';
+import { counter } from './helpers/signals.js';
+
+const events = defineEvents({ 'job.requested': z.object({ n: z.number() }) });
+
+function captureLogger(lines: Record<string, unknown>[], bindings: Record<string, unknown> = {}): Logger {
+  const write = (level: string) => (obj: object, msg?: string) => lines.push({ level, ...bindings, ...obj, msg });
+  return {
+    debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error'),
+    child: (b) => captureLogger(lines, { ...bindings, ...b }),
+  };
+}
+
+describe.each(targets)('leader and workers on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('exactly one of two buses leads; when it stops, the other takes over after the lease', async () => {
+    const schema = freshSchema();
+    const a = await testBus(target, events, { schema, instanceId: 'a', leader: { ttlMs: 400, renewMs: 100 } });
+    const b = createBus({ database: target.database(), schema, events, instanceId: 'b', leader: { ttlMs: 400, renewMs: 100 } });
+    const aElected = a.lifecycle.waitFor('leader:elected');
+    await a.start();
+    await aElected;
+    await b.start();
+    const bElected = b.lifecycle.waitFor('leader:elected', () => true, 5000);
+    // b keeps trying while a renews: it must not win.
+    await new Promise((r) => setTimeout(r, 500));
+    expect([a.isLeader, b.isLeader]).toEqual([true, false]);
+    const rows = await target.query(`select leader_id from "${schema}".leader`);
+    expect(rows).toEqual([{ leader_id: 'a' }]);
+    await a.stop(); // resigns: b may take over at its next attempt
+    await bElected;
+    expect(b.isLeader).toBe(true);
+    await b.stop();
+  });
+
+  test('a handler with concurrency 1 never runs two jobs at once', async () => {
+    const bus = await testBus(target, events, { worker: { concurrency: 8 } });
+    let running = 0;
+    let peak = 0;
+    const done = counter(20);
+    bus.on('job.requested', 'serial', async () => {
+      running++;
+      peak = Math.max(peak, running);
+      await new Promise((r) => setTimeout(r, 5));
+      running--;
+    }, { concurrency: 1 });
+    let parallelPeak = 0;
+    let parallelRunning = 0;
+    bus.on('job.requested', 'parallel', async () => {
+      parallelRunning++;
+      parallelPeak = Math.max(parallelPeak, parallelRunning);
+      await new Promise((r) => setTimeout(r, 20));
+      parallelRunning--;
+    });
+    bus.lifecycle.on('job:completed', (j) => j.handler === 'serial' && done.tick());
+    await bus.transaction((tx) => bus.recordMany(tx, Array.from({ length: 20 }, (_, n) => ({ type: 'job.requested' as const, payload: { n } }))));
+    await bus.start();
+    await done.done;
+    expect(peak).toBe(1);
+    expect(parallelPeak).toBeGreaterThan(1);
+  });
+
+  test('ctx.log lines carry trace_id, event_id, handler and attempt', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    bus.on('job.requested', 'logs', (_e, ctx) => {
+      ctx.log.info({ step: 'inside' }, 'handling');
+    });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed');
+    const traceId = 'cd'.repeat(16);
+    const id = await bus.transaction((tx) => bus.record(tx, 'job.requested', { n: 1 }, { traceId }));
+    await done;
+    const line = lines.find((l) => l.step === 'inside');
+    expect(line).toMatchObject({ trace_id: traceId, event_id: id, handler: 'logs', attempt: 1, msg: 'handling' });
+  });
+});
