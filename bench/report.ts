@@ -71,6 +71,8 @@ export async function environment(): Promise<Record<string, string>> {
     'wal_level': await show('wal_level'),
     'machine': `${cpus.length} × ${cpus[0]?.model ?? 'cpu'}, ${round(os.totalmem() / 2 ** 30, 1)} GiB RAM, ${os.type()} ${os.release()}`,
     'database host': 'same machine as the benchmark (127.0.0.1)',
+    // Other work on the box moves every figure; a high load here means the run was not quiet.
+    'load average at the end (1/5/15 min)': os.loadavg().map((x) => x.toFixed(2)).join(' / ') + ` on ${cpus.length} CPUs`,
   };
 }
 
