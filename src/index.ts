@@ -23,3 +23,7 @@ export type { Driver, EventRow, JobRow, JobState, Queryable } from './driver/typ
 export type { EventState, EventSummary, JobSummary } from './driver/admin.js';
 export type { EventListFilter, JobListFilter, Page } from './core/filters.js';
 export { uuidv7 } from './core/uuid.js';
+export { createAdminHandler } from './admin/handler.js';
+export type { AdminHandler, AdminHandlerOptions } from './admin/handler.js';
+export { AdminCredentialsMissingError } from './admin/auth.js';
+export type { AdminAuth } from './admin/auth.js';

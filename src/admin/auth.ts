@@ -1,0 +1,184 @@
+// Who may use the admin handler: credentials (bearer token or basic auth), browser sessions
+// derived from them, CSRF tokens, the same-origin check for state-changing requests, and the
+// loopback-only rule of `auth: 'none'`. Every secret comparison is constant-time.
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { isIP } from 'node:net';
+import { OptionsError } from '../core/errors.js';
+
+export type AdminAuth = 'none' | { token: string } | { username: string; password: string };
+
+/** createAdminHandler was given no credentials and no explicit `auth: 'none'`. */
+export class AdminCredentialsMissingError extends OptionsError {
+  constructor() {
+    super('auth', "the admin handler needs credentials: pass { auth: { token } } or { auth: { username, password } }, set REA_ADMIN_TOKEN, or pass auth: 'none' explicitly (then only loopback clients are served)");
+    this.name = 'AdminCredentialsMissingError';
+  }
+}
+
+export const SESSION_COOKIE = 'rea_admin_session';
+const SESSION_TTL_MS = 12 * 60 * 60 * 1000;
+const MIN_SECRET_LENGTH = 16;
+
+export function resolveAuth(auth: AdminAuth | undefined, env: NodeJS.ProcessEnv = process.env): AdminAuth {
+  if (auth === 'none') return 'none';
+  if (auth === undefined) {
+    const token = env.REA_ADMIN_TOKEN;
+    if (!token) throw new AdminCredentialsMissingError();
+    auth = { token };
+  }
+  if (typeof auth !== 'object' || auth === null) throw new OptionsError('auth', "pass { token }, { username, password } or 'none'");
+  if ('token' in auth) {
+    if (typeof auth.token !== 'string' || auth.token.length < MIN_SECRET_LENGTH) {
+      throw new OptionsError('auth.token', `must be a string of at least ${MIN_SECRET_LENGTH} characters (e.g. openssl rand -hex 32)`);
+    }
+    return { token: auth.token };
+  }
+  if ('username' in auth) {
+    if (typeof auth.username !== 'string' || auth.username === '' || auth.username.includes(':')) {
+      throw new OptionsError('auth.username', 'must be a non-empty string without ":"');
+    }
+    if (typeof auth.password !== 'string' || auth.password.length < MIN_SECRET_LENGTH) {
+      throw new OptionsError('auth.password', `must be a string of at least ${MIN_SECRET_LENGTH} characters`);
+    }
+    return { username: auth.username, password: auth.password };
+  }
+  throw new OptionsError('auth', "pass { token }, { username, password } or 'none'");
+}
+
+/** Compare through HMACs of equal length, so neither content nor length leaks through timing. */
+function safeEqual(a: string, b: string, key: Buffer): boolean {
+  const ha = createHmac('sha256', key).update(a).digest();
+  const hb = createHmac('sha256', key).update(b).digest();
+  return timingSafeEqual(ha, hb);
+}
+
+export type Principal = { via: 'header' | 'basic' | 'session' | 'loopback'; session?: string };
+
+export class Authenticator {
+  readonly mode: 'none' | 'token' | 'basic';
+  /** Signs sessions and CSRF tokens. Derived from the credentials (so changing them logs everyone
+   *  out and sessions survive a restart); random per process under auth 'none'. */
+  private readonly key: Buffer;
+  private readonly compareKey = randomBytes(32);
+
+  constructor(private readonly auth: AdminAuth, private readonly now: () => number = Date.now) {
+    this.mode = auth === 'none' ? 'none' : 'token' in auth ? 'token' : 'basic';
+    const secret = auth === 'none' ? randomBytes(32).toString('hex') : 'token' in auth ? auth.token : `${auth.username}:${auth.password}`;
+    this.key = createHmac('sha256', secret).update('rea admin session key v1').digest();
+  }
+
+  /** Check the Authorization header: null when absent, false when present but wrong. */
+  checkHeader(req: IncomingMessage): Principal | null | false {
+    const header = req.headers.authorization;
+    if (!header || this.auth === 'none') return null;
+    const [scheme, value = ''] = header.split(/\s+/, 2) as [string, string?];
+    if (/^bearer$/i.test(scheme)) {
+      return 'token' in this.auth && safeEqual(value, this.auth.token, this.compareKey) ? { via: 'header' } : false;
+    }
+    if (/^basic$/i.test(scheme)) {
+      const decoded = Buffer.from(value, 'base64').toString('utf8');
+      const i = decoded.indexOf(':');
+      if (i < 0) return false;
+      const user = decoded.slice(0, i);
+      const pass = decoded.slice(i + 1);
+      // With a token configured, basic auth takes it as the password (curl -u admin:$TOKEN).
+      const ok = 'token' in this.auth ? safeEqual(pass, this.auth.token, this.compareKey) : this.userAndPasswordMatch(user, pass);
+      return ok ? { via: 'basic' } : false;
+    }
+    return false;
+  }
+
+  /** Check a login form's fields; on success returns a new session cookie value. */
+  login(fields: { token?: string; username?: string; password?: string }): string | null {
+    if (this.auth === 'none') return null;
+    const ok = 'token' in this.auth
+      ? safeEqual(fields.token ?? '', this.auth.token, this.compareKey)
+      : this.userAndPasswordMatch(fields.username ?? '', fields.password ?? '');
+    if (!ok) return null;
+    const expires = this.now() + SESSION_TTL_MS;
+    const nonce = randomBytes(12).toString('base64url');
+    return `${expires}.${nonce}.${this.sign(`session:${expires}.${nonce}`)}`;
+  }
+
+  /** A session cookie value, checked for signature and expiry. */
+  checkSession(value: string | undefined): Principal | null {
+    if (!value || this.auth === 'none') return null;
+    const parts = value.split('.');
+    if (parts.length !== 3) return null;
+    const [expires, nonce, sig] = parts as [string, string, string];
+    if (!safeEqual(sig, this.sign(`session:${expires}.${nonce}`), this.compareKey)) return null;
+    if (!(Number(expires) > this.now())) return null;
+    return { via: 'session', session: value };
+  }
+
+  /** The CSRF token for a session (per-session HMAC), or for the loopback-only mode. */
+  csrfToken(principal: Principal): string {
+    return this.sign(`csrf:${principal.session ?? principal.via}`);
+  }
+
+  checkCsrf(principal: Principal, token: string | undefined): boolean {
+    return typeof token === 'string' && safeEqual(token, this.csrfToken(principal), this.compareKey);
+  }
+
+  /** Both compared every time, so a right username with a wrong password takes as long as neither. */
+  private userAndPasswordMatch(user: string, pass: string): boolean {
+    if (this.auth === 'none' || !('username' in this.auth)) return false;
+    const userOk = safeEqual(user, this.auth.username, this.compareKey);
+    const passOk = safeEqual(pass, this.auth.password, this.compareKey);
+    return userOk && passOk;
+  }
+
+  private sign(text: string): string {
+    return createHmac('sha256', this.key).update(text).digest('base64url');
+  }
+}
+
+export function parseCookies(header: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of (header ?? '').split(';')) {
+    const i = part.indexOf('=');
+    if (i < 0) continue;
+    const name = part.slice(0, i).trim();
+    if (name && !(name in out)) out[name] = decodeURIComponent(part.slice(i + 1).trim());
+  }
+  return out;
+}
+
+export function sessionCookie(value: string, path: string, secure: boolean, maxAgeS = SESSION_TTL_MS / 1000): string {
+  return `${SESSION_COOKIE}=${value}; Path=${path}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure ? '; Secure' : ''}`;
+}
+
+export function isLoopbackAddress(address: string | undefined): boolean {
+  if (!address) return false;
+  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
+  if (isIP(a) === 4) return a.startsWith('127.');
+  return a === '::1';
+}
+
+/** A Host header naming this machine: refuses DNS-rebinding names under auth 'none'. */
+export function isLoopbackHost(host: string | undefined): boolean {
+  if (!host) return false;
+  const name = host.startsWith('[') ? host.slice(1, host.indexOf(']')) : host.replace(/:\d+$/, '');
+  return name === 'localhost' || name.endsWith('.localhost') || isLoopbackAddress(name);
+}
+
+/**
+ * A state-changing request must come from a page of this origin. Browsers send Origin on every
+ * cross-origin POST (and on same-origin ones); Referer is the fallback. Returns 'same',
+ * 'cross', or 'absent' (no header: a non-browser client).
+ */
+export function requestOrigin(req: IncomingMessage, allowedOrigins: readonly string[]): 'same' | 'cross' | 'absent' {
+  const origin = req.headers.origin;
+  const referer = req.headers.referer;
+  const claimed = typeof origin === 'string' && origin !== 'null' ? origin : typeof referer === 'string' ? referer : origin === 'null' ? 'null' : undefined;
+  if (claimed === undefined) return 'absent';
+  let url: URL;
+  try {
+    url = new URL(claimed);
+  } catch {
+    return 'cross';
+  }
+  if (allowedOrigins.includes(url.origin)) return 'same';
+  return url.host === req.headers.host ? 'same' : 'cross';
+}

@@ -1,0 +1,237 @@
+// createAdminHandler: the admin HTTP API and web panel as one Node `(req, res)` listener, usable
+// with node:http, Express, Fastify or Hono under any base path. It authenticates, checks that
+// state-changing requests come from this origin with a CSRF token, validates input, and maps
+// errors to JSON.
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { OptionsError } from '../core/errors.js';
+import { Authenticator, isLoopbackAddress, isLoopbackHost, parseCookies, requestOrigin, resolveAuth, SESSION_COOKIE, type AdminAuth, type Principal } from './auth.js';
+import { errorResponse, forbidden, HttpError, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
+import { layout, html, type PageContext } from './html.js';
+import { AdminMetrics } from './metrics.js';
+import type { AdminBus, Route, RouteContext, RouteResult } from './route.js';
+import { routes as allRoutes } from './routes/index.js';
+
+export interface AdminHandlerOptions {
+  /** Credentials: `{ token }` (bearer, or basic with the token as password), `{ username, password }`
+   *  (basic), or 'none' (loopback clients only). Default: `{ token: REA_ADMIN_TOKEN }`; without it, an error. */
+  auth?: AdminAuth;
+  /** The path the handler is mounted under when the framework does not strip it (node:http, Fastify, Hono). */
+  basePath?: string;
+  /** Extra origins allowed to POST (behind a proxy that rewrites Host), e.g. 'https://ops.example.com'. */
+  allowedOrigins?: string[];
+  /** /healthz answers without credentials (default true), for load balancers and orchestrators. */
+  publicHealth?: boolean;
+  /** A leader lease expired longer ago than this fails /healthz (default 30 s). */
+  leaderGraceMs?: number;
+  /** Overview page reload interval in seconds (default 5; 0 turns it off). */
+  refreshSeconds?: number;
+}
+
+export type AdminHandler = ((req: IncomingMessage, res: ServerResponse, next?: (err?: unknown) => void) => void) & {
+  /** Detach from the bus's lifecycle signals (metrics); the bus itself is the caller's. */
+  close(): void;
+};
+
+interface Compiled {
+  route: Route;
+  segments: string[];
+}
+
+export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions = {}): AdminHandler {
+  if (!bus || typeof bus.overview !== 'function') throw new OptionsError('bus', 'pass a bus created with createBus()');
+  const auth = new Authenticator(resolveAuth(options.auth));
+  const basePath = normalizeBase(options.basePath);
+  const allowedOrigins = (options.allowedOrigins ?? []).map((o) => new URL(o).origin);
+  const publicHealth = options.publicHealth ?? true;
+  const leaderGraceMs = options.leaderGraceMs ?? 30_000;
+  const refreshS = options.refreshSeconds ?? 5;
+  const metrics = new AdminMetrics(bus);
+  const compiled: Compiled[] = allRoutes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }));
+
+  async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const nonce = randomBytes(16).toString('base64');
+    const url = new URL(req.url ?? '/', 'http://admin.invalid');
+    // Express strips its mount path into req.baseUrl; other servers pass the full path.
+    let path = url.pathname;
+    let base = (req as { baseUrl?: string }).baseUrl ?? '';
+    if (basePath && (path === basePath || path.startsWith(basePath + '/'))) {
+      path = path.slice(basePath.length) || '/';
+      base += basePath;
+    }
+    const isApi = path.startsWith('/api/') || path === '/api' || path === '/metrics' || path === '/healthz';
+    securityHeaders(res, isApi ? "default-src 'none'; frame-ancestors 'none'" : csp(nonce));
+
+    const method = (req.method ?? 'GET').toUpperCase();
+    const match = findRoute(compiled, method === 'HEAD' ? 'GET' : method, path);
+    if (!match) {
+      const allowed = compiled.filter((c) => matchSegments(c.segments, path)).map((c) => c.route.method);
+      if (allowed.length) {
+        res.setHeader('Allow', allowed.join(', '));
+        return sendJson(res, 405, { error: { code: 'ERR_METHOD_NOT_ALLOWED', message: `use ${allowed.join(' or ')}` } });
+      }
+      return sendJson(res, 404, { error: { code: 'ERR_NOT_FOUND', message: `no admin route ${path}` } });
+    }
+    const { route, params } = match;
+    const wantsForm = method === 'POST' && String(req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded');
+
+    try {
+      // Under auth 'none' the only gate is the network: loopback peers, and a loopback Host so
+      // a DNS-rebinding page cannot reach us through a name it controls.
+      let principal: Principal | null = null;
+      if (auth.mode === 'none') {
+        if (!isLoopbackAddress(req.socket.remoteAddress) || !isLoopbackHost(req.headers.host)) {
+          throw forbidden("auth 'none' serves loopback clients only");
+        }
+        principal = { via: 'loopback' };
+      } else {
+        const fromHeader = auth.checkHeader(req);
+        if (fromHeader === false) throw unauthorized('wrong credentials');
+        principal = fromHeader ?? auth.checkSession(parseCookies(req.headers.cookie)[SESSION_COOKIE]);
+      }
+      const isPublic = route.access === 'public' || (route.path === '/healthz' && publicHealth);
+      if (!principal && !isPublic) {
+        if (route.kind === 'page') {
+          const next = path + url.search;
+          return redirect(res, `${base}/login${next === '/' ? '' : `?next=${encodeURIComponent(next)}`}`);
+        }
+        throw unauthorized('credentials required: Authorization: Bearer <token>, basic auth, or a session from the login form');
+      }
+
+      const body: Body = method === 'POST' ? await readBody(req) : { kind: 'none' };
+      if (method === 'POST') checkStateChange(req, body, principal, auth, allowedOrigins);
+
+      const page: PageContext = {
+        base, nonce, path, csrf: principal ? auth.csrfToken(principal) : null,
+        notice: url.searchParams.get('notice'), loggedIn: principal?.via === 'session',
+        refreshS: path === '/' && refreshS > 0 ? refreshS : null,
+      };
+      const ctx: RouteContext = {
+        req, res, bus, params, query: url.searchParams, body, base, path, principal, auth, page, metrics, leaderGraceMs,
+      };
+      const result = await route.handle(ctx);
+      return send(res, result, wantsForm ? returnPath(body, base) : null);
+    } catch (err) {
+      if (!(err instanceof HttpError) && !(err instanceof Error && 'code' in err)) {
+        bus.driver && console.error('rea admin: request failed', err); // an unexpected error: keep it for the operator
+      }
+      const { status, body } = errorResponse(err);
+      if (status === 401) res.setHeader('WWW-Authenticate', 'Bearer realm="rea admin"');
+      if (route.kind === 'page' && !wantsForm) {
+        const ctx: PageContext = { base, nonce, path, csrf: null };
+        res.statusCode = status;
+        res.setHeader('Content-Type', 'text/html; charset=utf-8');
+        return void res.end(layout(ctx, 'Error', html`<h1>${status}</h1><p>${body.error.message}</p><p><a href="${base}/">Back to the overview</a></p>`));
+      }
+      if (wantsForm && status < 500 && status !== 401 && status !== 403) {
+        // A form whose input was refused: back to the page, with the reason shown.
+        const back = returnPathFromRequest(req, base);
+        if (back) return redirect(res, withNotice(back, `Refused: ${body.error.message}`));
+      }
+      return sendJson(res, status, body);
+    }
+  }
+
+  const handler = ((req: IncomingMessage, res: ServerResponse) => {
+    serve(req, res).catch((err) => {
+      console.error('rea admin: response failed', err);
+      if (!res.headersSent) sendJson(res, 500, { error: { code: 'ERR_INTERNAL', message: 'internal error' } });
+      else res.destroy();
+    });
+  }) as AdminHandler;
+  handler.close = () => metrics.close();
+  return handler;
+}
+
+/**
+ * Cross-site requests never change anything. Ambient credentials (a session cookie, the browser's
+ * cached basic auth, or loopback under 'none') need a same-origin Origin/Referer; the cookie and
+ * loopback cases also need the CSRF token. A bearer token cannot be ambient, but a request that
+ * says it comes from another origin is refused all the same.
+ */
+function checkStateChange(req: IncomingMessage, body: Body, principal: Principal | null, auth: Authenticator, allowed: readonly string[]): void {
+  const origin = requestOrigin(req, allowed);
+  if (origin === 'cross') throw forbidden('cross-site request refused (Origin/Referer is not this admin)');
+  if (!principal || principal.via === 'header' || principal.via === 'basic') return;
+  if (origin !== 'same') throw forbidden('state-changing browser requests must carry an Origin or Referer of this admin');
+  const header = req.headers['x-csrf-token'];
+  const token = typeof header === 'string' ? header : body.kind === 'form' ? body.value.get('_csrf') ?? undefined
+    : body.kind === 'json' && body.value && typeof body.value === 'object' ? (body.value as { _csrf?: string })._csrf : undefined;
+  if (!auth.checkCsrf(principal, token)) throw forbidden('missing or wrong CSRF token (reload the page)');
+}
+
+function send(res: ServerResponse, result: RouteResult, formReturn: string | null): void {
+  if ('redirect' in result) {
+    if (result.setCookie) res.setHeader('Set-Cookie', result.setCookie);
+    return redirect(res, result.redirect);
+  }
+  if ('html' in result) return sendText(res, result.status ?? 200, 'text/html; charset=utf-8', result.html);
+  if ('text' in result) return sendText(res, result.status ?? 200, result.contentType, result.text);
+  if (formReturn !== null) return redirect(res, result.notice ? withNotice(formReturn, result.notice) : formReturn);
+  return sendJson(res, result.status ?? 200, result.json);
+}
+
+/** Where a panel form goes back to: its `_return` field, a path inside the admin only. */
+function returnPath(body: Body, base: string): string {
+  const r = body.kind === 'form' ? body.value.get('_return') : null;
+  return base + (r && /^\/(?![/\\])[^\s]*$/.test(r) ? r : '/');
+}
+
+function returnPathFromRequest(req: IncomingMessage, base: string): string | null {
+  const ref = req.headers.referer;
+  if (!ref) return null;
+  try {
+    const u = new URL(ref);
+    if (u.host !== req.headers.host || !u.pathname.startsWith(base)) return null;
+    u.searchParams.delete('notice');
+    return u.pathname + u.search;
+  } catch {
+    return null;
+  }
+}
+
+function withNotice(path: string, notice: string): string {
+  const u = new URL(path, 'http://x');
+  u.searchParams.set('notice', notice.slice(0, 300));
+  return u.pathname + u.search;
+}
+
+function csp(nonce: string): string {
+  return [
+    "default-src 'none'", `script-src 'nonce-${nonce}'`, `style-src 'nonce-${nonce}'`, "img-src 'self' data:",
+    "form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'", "connect-src 'self'",
+  ].join('; ');
+}
+
+function normalizeBase(p: string | undefined): string {
+  if (p === undefined || p === '' || p === '/') return '';
+  if (typeof p !== 'string' || !/^\/[A-Za-z0-9._~\-/]*$/.test(p)) throw new OptionsError('basePath', "must be a path such as '/admin'");
+  return p.replace(/\/+$/, '');
+}
+
+function matchSegments(segments: string[], path: string): Record<string, string> | null {
+  const parts = path.split('/').filter(Boolean);
+  if (parts.length !== segments.length) return null;
+  const params: Record<string, string> = {};
+  for (let i = 0; i < parts.length; i++) {
+    const s = segments[i]!;
+    let part: string;
+    try {
+      part = decodeURIComponent(parts[i]!);
+    } catch {
+      return null;
+    }
+    if (s.startsWith(':')) params[s.slice(1)] = part;
+    else if (s !== part) return null;
+  }
+  return params;
+}
+
+function findRoute(compiled: Compiled[], method: string, path: string): { route: Route; params: Record<string, string> } | null {
+  for (const c of compiled) {
+    if (c.route.method !== method) continue;
+    const params = matchSegments(c.segments, path);
+    if (params) return { route: c.route, params };
+  }
+  return null;
+}

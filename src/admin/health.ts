@@ -1,0 +1,31 @@
+// GET /healthz: the database answers and some instance has held the leader lease recently (the
+// leader runs maintenance: rescue, retention, endpoint health). 200 when both hold, else 503.
+import type { AdminBus } from './route.js';
+
+export interface Health {
+  status: 'ok' | 'unavailable';
+  database: 'up' | 'down';
+  /** 'seen': a lease that is valid now or expired less than the grace ago. */
+  leader: 'seen' | 'stale' | 'none' | 'unknown';
+  /** How long ago the lease expired (negative: still valid for that long); null without a lease. */
+  leaderExpiredAgoMs: number | null;
+}
+
+export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 2000): Promise<Health> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('health check timed out')), timeoutMs);
+  });
+  try {
+    const lease = await Promise.race([bus.driver.admin.ping().then(() => bus.driver.admin.leaderGet()), timeout]);
+    if (!lease) return { status: 'unavailable', database: 'up', leader: 'none', leaderExpiredAgoMs: null };
+    const ago = lease.readAt.getTime() - lease.expiresAt.getTime();
+    const seen = ago <= graceMs;
+    return { status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale', leaderExpiredAgoMs: ago };
+  } catch {
+    // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
+    return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null };
+  } finally {
+    clearTimeout(timer);
+  }
+}

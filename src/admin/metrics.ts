@@ -1,0 +1,66 @@
+// GET /metrics: Prometheus text from a private registry (never prom-client's global one, so an
+// application's own metrics and two handlers never collide). Gauges are read from the overview
+// at scrape time; handler durations and delivery outcomes are counted from this process's
+// lifecycle signals.
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { adminOverview } from './overview.js';
+import type { AdminBus } from './route.js';
+
+export class AdminMetrics {
+  readonly registry = new Registry();
+  private readonly backlog = this.gauge('rea_events_backlog', 'Unfanned, unpoisoned events waiting for the relay');
+  private readonly poisoned = this.gauge('rea_events_poisoned', 'Events quarantined after repeated fan-out failures');
+  private readonly oldest = this.gauge('rea_events_oldest_unfanned_age_seconds', 'Age of the oldest unfanned event (0 when none)');
+  private readonly jobs = this.gauge('rea_jobs', 'Jobs by state', ['state']);
+  private readonly tables = this.gauge('rea_table_size_bytes', "Total size of each rea table with indexes and TOAST", ['table']);
+  private readonly alerts = this.gauge('rea_alert_active', 'Alerts currently raised by the overview (1 while active)', ['alert']);
+  private readonly leader = this.gauge('rea_leader_lease_valid', '1 when some instance holds an unexpired leader lease');
+  private readonly durations = new Histogram({
+    name: 'rea_handler_duration_seconds', help: 'Run time of jobs completed by this process, by target and kind',
+    labelNames: ['handler', 'kind'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+  private readonly deliveries = new Counter({
+    name: 'rea_webhook_deliveries_total', help: 'Webhook delivery attempts made by this process, by outcome',
+    labelNames: ['outcome'], registers: [this.registry],
+  });
+  private readonly offs: (() => void)[] = [];
+  private readonly knownAlerts = new Set<string>();
+
+  constructor(private readonly bus: AdminBus) {
+    this.offs.push(bus.lifecycle.on('job:completed', (e) => {
+      this.durations.observe({ handler: e.handler, kind: (e as { kind?: string }).kind ?? 'handler' }, e.durationMs / 1000);
+    }));
+    // Issue 4's signal; subscribing by name keeps this working before and after it exists.
+    const on = bus.lifecycle.on.bind(bus.lifecycle) as unknown as (name: string, fn: (e: { outcome: string }) => void) => () => void;
+    this.offs.push(on('webhook:attempt', (e) => this.deliveries.inc({ outcome: e.outcome })));
+    for (const outcome of ['success', 'failure', 'gone', 'throttled', 'refused']) this.deliveries.inc({ outcome }, 0);
+  }
+
+  async render(): Promise<string> {
+    const [o, lease] = await Promise.all([adminOverview(this.bus), this.bus.driver.admin.leaderGet()]);
+    this.backlog.set(o.backlog);
+    this.poisoned.set(o.poisoned);
+    this.oldest.set((o.oldestUnfannedAgeMs ?? 0) / 1000);
+    for (const [state, n] of Object.entries(o.jobs)) this.jobs.set({ state }, n);
+    this.tables.reset();
+    for (const t of o.tables) this.tables.set({ table: t.name }, t.totalBytes);
+    const active = new Set(o.alerts.map((a) => a.name));
+    for (const name of active) this.knownAlerts.add(name);
+    for (const name of this.knownAlerts) this.alerts.set({ alert: name }, active.has(name) ? 1 : 0);
+    this.leader.set(lease && lease.expiresAt.getTime() > lease.readAt.getTime() ? 1 : 0);
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  close(): void {
+    for (const off of this.offs.splice(0)) off();
+  }
+
+  private gauge(name: string, help: string, labelNames: string[] = []): Gauge {
+    return new Gauge({ name, help, labelNames, registers: [this.registry] });
+  }
+}

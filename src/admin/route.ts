@@ -1,0 +1,93 @@
+// What a route is: method, path pattern, who may call it, and a handler from a request context
+// to a result. Input is validated with zod; a failure is a 400 naming the parameter.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { z } from 'zod';
+import type { Bus } from '../bus.js';
+import type { EventSchemas } from '../core/events.js';
+import type { Authenticator, Principal } from './auth.js';
+import { badRequest, type Body } from './http.js';
+import type { PageContext } from './html.js';
+import type { AdminMetrics } from './metrics.js';
+
+export type AdminBus = Bus<EventSchemas>;
+
+export interface RouteContext {
+  req: IncomingMessage;
+  res: ServerResponse;
+  bus: AdminBus;
+  params: Record<string, string>;
+  query: URLSearchParams;
+  body: Body;
+  /** The mount path links start with ('' or '/admin'). */
+  base: string;
+  /** The path inside the mount ('/events/…'). */
+  path: string;
+  principal: Principal | null;
+  auth: Authenticator;
+  page: PageContext;
+  metrics: AdminMetrics;
+  /** Leader lease older than this (after expiry) fails /healthz. */
+  leaderGraceMs: number;
+}
+
+export type RouteResult =
+  | { json: unknown; status?: number; notice?: string }
+  | { html: string; status?: number }
+  | { redirect: string; setCookie?: string }
+  | { text: string; contentType: string; status?: number };
+
+export interface Route {
+  method: 'GET' | 'POST';
+  /** Segments starting with ':' capture a parameter. */
+  path: string;
+  /** 'public' routes answer without credentials (health check, login). */
+  access: 'public' | 'user';
+  /** 'page' answers HTML and sends the unauthenticated to the login form; 'api' answers JSON and 401. */
+  kind: 'api' | 'page';
+  handle(ctx: RouteContext): Promise<RouteResult>;
+}
+
+export function defineRoute(route: Route): Route {
+  return route;
+}
+
+/** The body's fields as a plain object: JSON as sent; form fields with repeated names as arrays. */
+export function bodyFields(body: Body): Record<string, unknown> {
+  if (body.kind === 'none') return {};
+  if (body.kind === 'json') {
+    if (body.value === null || typeof body.value !== 'object' || Array.isArray(body.value)) throw badRequest('body', 'must be a JSON object');
+    return body.value as Record<string, unknown>;
+  }
+  const out: Record<string, unknown> = {};
+  for (const key of new Set(body.value.keys())) {
+    if (key.startsWith('_')) continue; // _csrf, _return: transport, not input
+    const all = body.value.getAll(key);
+    out[key] = all.length > 1 || key.endsWith('[]') ? all : all[0];
+  }
+  return Object.fromEntries(Object.entries(out).map(([k, v]) => [k.replace(/\[\]$/, ''), v]));
+}
+
+/** Query parameters as an object; empty values are absent (an empty filter field means "any"). */
+export function queryFields(query: URLSearchParams): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of query) if (v !== '' && !(k in out)) out[k] = v;
+  return out;
+}
+
+export function parse<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
+  const r = schema.safeParse(input);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  // An unknown parameter is named itself, so a typo (?stat=…) is not silently ignored.
+  if (issue.code === 'unrecognized_keys') throw badRequest(String(issue.keys[0]), 'is not a known parameter');
+  // The parameter is the top-level name (ids), the message says where inside it (ids.0).
+  const parameter = issue.path.length ? String(issue.path[0]) : 'body';
+  const where = issue.path.length > 1 ? ` (at ${issue.path.map(String).join('.')})` : '';
+  throw badRequest(parameter, `${issue.message}${where}`);
+}
+
+/** An issue-3/4 API the bus may not have yet in this build; routes answer 501 without it. */
+export function optionalApi<F extends (...args: any[]) => any>(owner: unknown, name: string): F | undefined {
+  const fn = owner && typeof owner === 'object' ? (owner as Record<string, unknown>)[name] : undefined;
+  return typeof fn === 'function' ? (fn.bind(owner) as F) : undefined;
+}

@@ -1,0 +1,24 @@
+// GET /api/endpoints/:id/attempts?cursor&limit: the endpoint's attempt log, newest first.
+import { z } from 'zod';
+import type { DeliveryAttempt } from '../data.js';
+import { notAvailable } from '../http.js';
+import { defineRoute, optionalApi, parse, queryFields } from '../route.js';
+import { uuidParam } from '../schemas.js';
+
+const query = z.object({
+  cursor: z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be the nextCursor of a previous page').optional(),
+  limit: z.coerce.number({ message: 'must be a number' }).int().min(1, 'must be at least 1').max(500, 'must be at most 500').optional(),
+}).strict();
+
+export default defineRoute({
+  method: 'GET', path: '/api/endpoints/:id/attempts', access: 'user', kind: 'api',
+  async handle({ bus, params, query: q }) {
+    const id = uuidParam(params.id);
+    const { cursor, limit = 50 } = parse(query, queryFields(q));
+    const list = optionalApi<(id: string, o: { limit: number; before?: string }) => Promise<DeliveryAttempt[]>>((bus as { endpoints?: unknown }).endpoints, 'attempts');
+    if (!list) throw notAvailable('the webhook attempt log');
+    const rows = await list(id, { limit: limit + 1, ...(cursor ? { before: cursor } : {}) });
+    const attempts = rows.slice(0, limit);
+    return { json: { attempts, nextCursor: rows.length > limit ? attempts.at(-1)!.id : null } };
+  },
+});

@@ -1,0 +1,24 @@
+// POST /api/jobs/retry { ids } | { state: 'discarded', handler? }: reschedule dead letters now.
+import { z } from 'zod';
+import { badRequest, notAvailable } from '../http.js';
+import { bodyFields, defineRoute, optionalApi, parse } from '../route.js';
+import { jobIds } from '../schemas.js';
+
+const input = z.object({
+  ids: jobIds.optional(),
+  state: z.enum(['discarded', 'cancelled'], { message: 'must be discarded or cancelled' }).optional(),
+  handler: z.string().min(1).max(200).optional(),
+}).strict();
+
+export default defineRoute({
+  method: 'POST', path: '/api/jobs/retry', access: 'user', kind: 'api',
+  async handle({ bus, body }) {
+    const { ids, state, handler } = parse(input, bodyFields(body));
+    if (!ids === !state) throw badRequest('ids', 'give either ids or state (with an optional handler)');
+    const retry = optionalApi<(t: readonly string[] | { state: string; handler?: string }) => Promise<string[] | { ids: string[] }>>(bus.jobs, 'retry');
+    if (!retry) throw notAvailable('bus.jobs.retry');
+    const result = await retry(ids ?? { state: state!, ...(handler ? { handler } : {}) });
+    const retried = Array.isArray(result) ? result : result.ids;
+    return { json: { retried }, notice: `Retrying ${retried.length} job${retried.length === 1 ? '' : 's'}.` };
+  },
+});

@@ -1,0 +1,43 @@
+// GET /endpoints/:id: one endpoint, its actions and its attempt log (status, duration, excerpt).
+import type { DeliveryAttempt, EndpointView } from '../data.js';
+import { endpointView } from '../data.js';
+import { actionButton, badge, duration, html, layout, table, time } from '../html.js';
+import { notFound } from '../http.js';
+import { defineRoute, optionalApi } from '../route.js';
+import { uuidParam } from '../schemas.js';
+import { endpointActions } from './page-endpoints.js';
+
+export default defineRoute({
+  method: 'GET', path: '/endpoints/:id', access: 'user', kind: 'page',
+  async handle(ctx) {
+    const p = ctx.page;
+    const id = uuidParam(ctx.params.id);
+    const get = optionalApi<(id: string) => Promise<EndpointView | null>>((ctx.bus as { endpoints?: unknown }).endpoints, 'get');
+    const found = get ? await get(id) : null;
+    if (!found) throw notFound(`endpoint ${id}`);
+    const e = endpointView(found);
+    const list = optionalApi<(id: string, o: { limit: number }) => Promise<DeliveryAttempt[]>>((ctx.bus as { endpoints?: unknown }).endpoints, 'attempts');
+    const attempts = list ? await list(id, { limit: 100 }) : [];
+    const here = `/endpoints/${id}`;
+    const rows = attempts.map((a) => [
+      time(a.at), html`<a href="${p.base}/events/${a.eventId}"><code>${a.eventId.slice(0, 13)}…</code></a>`, a.attempt, badge(a.outcome),
+      a.status ?? '-', duration(a.durationMs), html`<code class="preview">${a.error ?? a.responseExcerpt}</code>`,
+      a.deliveryId ? actionButton(p, `/api/deliveries/${a.deliveryId}/resend`, 'Resend', { returnTo: here }) : '',
+    ]);
+    const body = html`<h1>Endpoint</h1>
+<dl>
+<dt>URL</dt><dd><code>${e.url}</code></dd>
+<dt>Description</dt><dd>${e.description || '-'}</dd>
+<dt>Event types</dt><dd><code>${e.eventTypes.join(', ')}</code></dd>
+<dt>State</dt><dd>${badge(e.state)}</dd>
+<dt>Failing since</dt><dd>${time(e.failingSince)}</dd>
+<dt>Disabled</dt><dd>${time(e.disabledAt)} ${e.disabledReason ?? ''}</dd>
+<dt>Secret</dt><dd><code>…${e.secretHint}</code></dd>
+<dt>Created</dt><dd>${time(e.createdAt)}</dd>
+</dl>
+<div class="actions">${endpointActions(p, e, here)}</div>
+<h2>Attempt log</h2>
+${table(['When', 'Event', 'Attempt', 'Outcome', 'HTTP', 'Took', 'Response / error', ''], rows, 'No attempts yet.')}`;
+    return { html: layout(p, 'Endpoint', body) };
+  },
+});

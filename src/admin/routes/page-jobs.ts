@@ -1,0 +1,52 @@
+// GET /jobs: jobs by state and handler, the dead letters (discarded) first among the tabs, with
+// retry, cancel and discard buttons.
+import { actionButton, badge, html, layout, table, time } from '../html.js';
+import { HttpError } from '../http.js';
+import { defineRoute, parse, queryFields } from '../route.js';
+import { jobListQuery } from '../schemas.js';
+import { jobActions } from './page-event.js';
+
+const TABS: [string, string][] = [['discarded', 'Dead letters'], ['retryable', 'Retrying'], ['available', 'Waiting'], ['running', 'Running'], ['cancelled', 'Cancelled'], ['completed', 'Completed'], ['', 'All']];
+
+export default defineRoute({
+  method: 'GET', path: '/jobs', access: 'user', kind: 'page',
+  async handle(ctx) {
+    const p = ctx.page;
+    const raw = queryFields(ctx.query);
+    delete raw.notice;
+    let error: string | null = null;
+    let page: Awaited<ReturnType<typeof ctx.bus.jobs.list>> = { items: [], nextCursor: null };
+    try {
+      const filter = parse(jobListQuery, raw);
+      page = await ctx.bus.jobs.list(filter as Parameters<typeof ctx.bus.jobs.list>[0]);
+    } catch (err) {
+      if (!(err instanceof HttpError) && !(err instanceof Error && 'parameter' in err)) throw err;
+      error = err.message;
+    }
+    const handlers = await ctx.bus.driver.admin.handlerNames();
+    const state = raw.state ?? '';
+    const here = `/jobs?${new URLSearchParams(Object.entries(raw).filter(([k]) => k !== 'cursor')).toString()}`;
+    const tabs = html`<nav class="tabs">${TABS.map(([s, label]) => html`<a href="${p.base}/jobs?${new URLSearchParams({ ...(s ? { state: s } : {}), ...(raw.handler ? { handler: raw.handler } : {}) }).toString()}"${s === state ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>`;
+    const filters = html`<form class="filters" method="get" action="${p.base}/jobs">
+${state ? html`<input type="hidden" name="state" value="${state}">` : ''}
+<label>Handler <select name="handler"><option value="">any</option>${handlers.map((h) => html`<option value="${h}"${h === raw.handler ? html` selected` : ''}>${h}</option>`)}</select></label>
+<label>Event id <input name="eventId" value="${raw.eventId ?? ''}"></label>
+<button type="submit">Filter</button></form>`;
+    const bulk = state === 'discarded' && page.items.length
+      ? html`<div class="actions">${actionButton(p, '/api/jobs/retry', raw.handler ? `Retry all dead letters of ${raw.handler}` : 'Retry all dead letters', { fields: { state: 'discarded', ...(raw.handler ? { handler: raw.handler } : {}) }, confirm: 'Retry every discarded job shown by this filter?', returnTo: here })}</div>`
+      : '';
+    const rows = page.items.map((j) => [
+      html`<code>${j.id}</code>`, html`<code>${j.target}</code>`, badge(j.state),
+      j.eventType ? html`<a href="${p.base}/events/${j.eventId}"><code>${j.eventType}</code></a> ${j.eventSubject ?? ''}` : html`<span class="muted">event removed</span>`,
+      `${j.attempt}/${j.maxAttempts}`, time(j.finalizedAt ?? j.attemptedAt ?? j.scheduledAt),
+      j.errors.length ? html`<code class="preview">${j.errors.at(-1)!.message}</code>` : '',
+      jobActions(p, j.id, j.state, here),
+    ]);
+    const next = page.nextCursor ? new URLSearchParams({ ...raw, cursor: page.nextCursor }) : null;
+    const body = html`<h1>Jobs</h1>${tabs}${filters}
+${error ? html`<p class="notice alert" role="alert">${error}</p>` : ''}${bulk}
+${table(['Job', 'Handler', 'State', 'Event', 'Attempt', 'When', 'Last error', ''], rows, 'No jobs match.')}
+<nav class="pager">${next ? html`<a href="${p.base}/jobs?${next.toString()}" rel="next">older →</a>` : ''}</nav>`;
+    return { html: layout(p, 'Jobs', body), status: error ? 400 : 200 };
+  },
+});

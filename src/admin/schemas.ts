@@ -1,0 +1,53 @@
+// Input schemas shared by the API routes and the panel pages: list filters from the query
+// string, id lists from JSON or forms. Parsing errors become 400s naming the parameter.
+import { z } from 'zod';
+import { EVENT_STATES } from '../driver/admin.js';
+import { JOB_STATES } from '../driver/types.js';
+import { badRequest } from './http.js';
+
+const text = z.string().max(500);
+const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
+const jobId = z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a job id');
+const limit = z.coerce.number({ message: 'must be a number' }).int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500');
+const isoTime = z.string().refine((v) => /^\d{4}-\d{2}-\d{2}/.test(v) && Number.isFinite(Date.parse(v)), 'must be an ISO 8601 timestamp such as 2025-01-31T12:00:00Z');
+
+export const eventListQuery = z.object({
+  type: text.regex(/^(\*|[A-Za-z0-9_.:-]+(\.\*)?)$/, 'must be an event type or a prefix.* pattern').optional(),
+  subject: text.optional(),
+  traceId: text.optional(),
+  state: z.enum(EVENT_STATES as [string, ...string[]], { message: `must be one of ${EVENT_STATES.join(', ')}` }).optional(),
+  since: isoTime.optional(),
+  until: isoTime.optional(),
+  cursor: uuid.optional(),
+  limit: limit.optional(),
+}).strict();
+
+export const jobListQuery = z.object({
+  state: z.enum(JOB_STATES as [string, ...string[]], { message: `must be one of ${JOB_STATES.join(', ')}` }).optional(),
+  kind: z.enum(['handler', 'webhook', 'forward'], { message: 'must be handler, webhook or forward' }).optional(),
+  handler: text.optional(),
+  eventId: uuid.optional(),
+  cursor: jobId.optional(),
+  limit: limit.optional(),
+}).strict();
+
+const oneOrMany = <T extends z.ZodType>(item: T) => z.union([item, z.array(item).min(1).max(1000)]).transform((v) => (Array.isArray(v) ? v : [v]) as z.output<T>[]);
+
+export const eventIds = oneOrMany(uuid);
+export const jobIds = oneOrMany(jobId);
+
+/** A path parameter that must be a UUID (event and endpoint ids). */
+export function uuidParam(value: string | undefined, name = 'id'): string {
+  const r = uuid.safeParse(value);
+  if (!r.success) throw badRequest(name, 'must be a UUID');
+  return r.data.toLowerCase();
+}
+
+export function jobIdParam(value: string | undefined, name = 'id'): string {
+  const r = jobId.safeParse(value);
+  if (!r.success) throw badRequest(name, 'must be a job id');
+  return r.data;
+}
+
+/** Forms send 'true'/'on'; JSON sends true. */
+export const flag = z.union([z.boolean(), z.enum(['true', 'on', '1'])]).transform(() => true);

@@ -1,0 +1,415 @@
+// The admin HTTP API on node:http and Express: authentication (401s), cross-site refusal (403s),
+// 400s naming the parameter, and every action's effect in the database, on PGlite and PostgreSQL.
+import express from 'express';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { AdminCredentialsMissingError, createAdminHandler, defineEvents, type Bus } from '../src/index.js';
+import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
+import { targets, testBus, type Target } from './helpers/db.js';
+
+const events = defineEvents({
+  'order.created': z.object({ orderNo: z.string() }),
+  'order.paid': z.object({ orderNo: z.string(), note: z.string().optional() }),
+});
+type TestBus = Bus<typeof events extends { schemas: infer S } ? S : never>;
+
+async function setup(target: Target, opts: { start?: boolean; handlers?: boolean } = {}) {
+  const bus = await testBus(target, events, { webhooks: { allowPrivateNetworks: true }, worker: { minPollMs: 1, maxPollMs: 50 } } as never) as unknown as TestBus;
+  if (opts.handlers !== false) bus.on('order.*', 'mailer', () => {});
+  if (opts.start) await bus.start();
+  const handler = createAdminHandler(bus as never, { auth: { token: TOKEN } });
+  const s = await serve(handler);
+  return { bus, s, origin: s.url };
+}
+
+/** Poison an event for real: a trigger on the jobs table rejects jobs for order BOOM. */
+async function poisonOne(target: Target, bus: TestBus): Promise<string> {
+  const s = bus.schema;
+  await target.query(`
+    create function "${s}".reject_boom() returns trigger language plpgsql as $$
+    begin
+      if exists (select 1 from "${s}".events where id = new.event_id and payload->>'orderNo' = 'BOOM') then
+        raise exception 'downstream constraint rejects BOOM';
+      end if;
+      return new;
+    end $$;
+    create trigger reject_boom before insert on "${s}".jobs for each row execute function "${s}".reject_boom();`);
+  const poisoned = bus.lifecycle.waitFor('relay:event:poisoned');
+  const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'BOOM' }));
+  await poisoned;
+  await target.query(`drop trigger reject_boom on "${s}".jobs`);
+  return id;
+}
+
+describe('createAdminHandler options', () => {
+  it('refuses to start without credentials unless auth is none', async () => {
+    const bus = { overview: async () => ({}), lifecycle: { on: () => () => {} } } as never;
+    const saved = process.env.REA_ADMIN_TOKEN;
+    delete process.env.REA_ADMIN_TOKEN;
+    try {
+      expect(() => createAdminHandler(bus)).toThrow(AdminCredentialsMissingError);
+      expect(() => createAdminHandler(bus, { auth: { token: 'short' } })).toThrow(/auth\.token/);
+      expect(() => createAdminHandler(bus, { auth: { username: 'ops', password: 'x' } })).toThrow(/auth\.password/);
+      expect(() => createAdminHandler(bus, { auth: 'none' })).not.toThrow();
+      process.env.REA_ADMIN_TOKEN = TOKEN;
+      expect(() => createAdminHandler(bus)).not.toThrow();
+      expect(() => createAdminHandler(bus, { basePath: 'admin' })).toThrow(/basePath/);
+    } finally {
+      if (saved === undefined) delete process.env.REA_ADMIN_TOKEN;
+      else process.env.REA_ADMIN_TOKEN = saved;
+    }
+  });
+});
+
+describe.each(targets)('admin API on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('authentication: missing and wrong credentials are 401; bearer, basic and the session cookie work', async () => {
+    const { s } = await setup(target);
+    for (const path of ['/api/overview', '/api/events', '/api/jobs', '/api/endpoints', '/metrics', '/api/events/00000000-0000-7000-8000-000000000000']) {
+      const r = await call(s.url, 'GET', path);
+      expect(r.status, path).toBe(401);
+      expect(r.json.error.code).toBe('ERR_UNAUTHORIZED');
+      expect(r.headers['www-authenticate']).toContain('Bearer');
+    }
+    expect((await call(s.url, 'GET', '/api/overview', { headers: bearer('wrong-token-wrong-token') })).status).toBe(401);
+    const basicWrong = `Basic ${Buffer.from('admin:nope').toString('base64')}`;
+    expect((await call(s.url, 'GET', '/api/overview', { headers: { authorization: basicWrong } })).status).toBe(401);
+    expect((await call(s.url, 'GET', '/api/overview', { headers: { authorization: 'Token abc' } })).status).toBe(401);
+    expect((await call(s.url, 'GET', '/api/overview', { headers: bearer() })).status).toBe(200);
+    const basic = `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}`;
+    expect((await call(s.url, 'GET', '/api/overview', { headers: { authorization: basic } })).status).toBe(200);
+    // A forged or expired-looking cookie is no session.
+    expect((await call(s.url, 'GET', '/api/overview', { headers: { cookie: 'rea_admin_session=9999999999999.x.y' } })).status).toBe(401);
+    // Pages send the unauthenticated to the login form instead.
+    const page = await call(s.url, 'GET', '/events?state=poisoned');
+    expect(page.status).toBe(303);
+    expect(page.headers.location).toBe('/login?next=%2Fevents%3Fstate%3Dpoisoned');
+  });
+
+  test('login sets an HttpOnly SameSite=Strict session that never holds the token; pages never show it', async () => {
+    const { s } = await setup(target);
+    const wrong = await call(s.url, 'POST', '/login', { form: { token: 'nope' }, headers: { origin: s.url } });
+    expect(wrong.status).toBe(303);
+    expect(wrong.headers.location).toContain('failed=1');
+    expect(wrong.headers['set-cookie']).toBeUndefined();
+    const r = await call(s.url, 'POST', '/login', { form: { token: TOKEN, next: '/jobs' }, headers: { origin: s.url } });
+    expect(r.status).toBe(303);
+    expect(r.headers.location).toBe('/jobs');
+    const setCookie = String(r.headers['set-cookie']);
+    expect(setCookie).toMatch(/HttpOnly/);
+    expect(setCookie).toMatch(/SameSite=Strict/);
+    expect(setCookie).not.toContain(TOKEN);
+    const cookie = setCookie.split(';')[0]!;
+    for (const path of ['/', '/events', '/jobs', '/endpoints', '/login']) {
+      const page = await call(s.url, 'GET', path, { headers: { cookie } });
+      expect(page.status, path).toBe(200);
+      expect(page.text).not.toContain(TOKEN);
+      expect(page.headers['content-security-policy']).toMatch(/script-src 'nonce-[^']+'/);
+      expect(page.headers['content-security-policy']).not.toContain('unsafe-inline');
+    }
+    // An open redirect through next= is refused.
+    const evil = await call(s.url, 'POST', '/login', { form: { token: TOKEN, next: '//evil.example/' }, headers: { origin: s.url } });
+    expect(evil.headers.location).toBe('/');
+    // A cross-site login post is refused.
+    expect((await call(s.url, 'POST', '/login', { form: { token: TOKEN }, headers: { origin: 'https://evil.example' } })).status).toBe(403);
+  });
+
+  test('state-changing requests: cross-site is 403, a session needs same origin and the CSRF token', async () => {
+    const { bus, s } = await setup(target);
+    const cookie = await login(s.url);
+    const page = await call(s.url, 'GET', '/', { headers: { cookie } });
+    const csrf = csrfFrom(page.text);
+    const path = '/api/events/requeue';
+    const body = { poisoned: true };
+    // Cross-site, whatever the credentials.
+    expect((await call(s.url, 'POST', path, { body, headers: { ...bearer(), origin: 'https://evil.example' } })).status).toBe(403);
+    expect((await call(s.url, 'POST', path, { form: { poisoned: 'true', _csrf: csrf }, headers: { cookie, origin: 'https://evil.example' } })).status).toBe(403);
+    expect((await call(s.url, 'POST', path, { form: { poisoned: 'true', _csrf: csrf }, headers: { cookie, referer: 'https://evil.example/x' } })).status).toBe(403);
+    // A session without Origin/Referer, or without the right token.
+    expect((await call(s.url, 'POST', path, { form: { poisoned: 'true', _csrf: csrf }, headers: { cookie } })).status).toBe(403);
+    expect((await call(s.url, 'POST', path, { form: { poisoned: 'true' }, headers: { cookie, origin: s.url } })).status).toBe(403);
+    expect((await call(s.url, 'POST', path, { form: { poisoned: 'true', _csrf: 'forged' }, headers: { cookie, origin: s.url } })).status).toBe(403);
+    // No credentials at all.
+    expect((await call(s.url, 'POST', path, { body, headers: { origin: s.url } })).status).toBe(401);
+    // Same origin with the token: done (a form gets a redirect back, JSON gets JSON).
+    const ok = await call(s.url, 'POST', path, { form: { poisoned: 'true', _csrf: csrf, _return: '/events' }, headers: { cookie, origin: s.url } });
+    expect(ok.status).toBe(303);
+    expect(ok.headers.location).toMatch(/^\/events\?notice=Requeued/);
+    const viaHeader = await call(s.url, 'POST', path, { body, headers: { cookie, referer: `${s.url}/`, 'x-csrf-token': csrf } });
+    expect(viaHeader.status).toBe(200);
+    // Bearer clients (curl, scripts) send no Origin and need no CSRF token.
+    expect((await call(s.url, 'POST', path, { body, headers: bearer() })).status).toBe(200);
+    void bus;
+  });
+
+  test('bad filters and bodies are 400 naming the parameter', async () => {
+    const { s } = await setup(target);
+    const cases: [string, string, string, unknown?][] = [
+      ['GET', '/api/events?state=done', 'state'],
+      ['GET', '/api/events?limit=abc', 'limit'],
+      ['GET', '/api/events?limit=0', 'limit'],
+      ['GET', '/api/events?cursor=not-an-id', 'cursor'],
+      ['GET', '/api/events?since=yesterday', 'since'],
+      ['GET', '/api/events?type=a%20b', 'type'],
+      ['GET', '/api/events?since=2025-02-01T00:00:00Z&until=2025-01-01T00:00:00Z', 'until'],
+      ['GET', '/api/events?stat=poisoned', 'stat'],
+      ['GET', '/api/events/123', 'id'],
+      ['GET', '/api/jobs?state=finished', 'state'],
+      ['GET', '/api/jobs?kind=email', 'kind'],
+      ['GET', '/api/jobs?eventId=x', 'eventId'],
+      ['GET', '/api/jobs?cursor=-4', 'cursor'],
+      ['POST', '/api/jobs/retry', 'ids', { ids: ['abc'] }],
+      ['POST', '/api/jobs/retry', 'ids', {}],
+      ['POST', '/api/jobs/cancel', 'ids', {}],
+      ['POST', '/api/jobs/discard', 'ids', { ids: [] }],
+      ['POST', '/api/events/requeue', 'ids', { ids: ['nope'] }],
+      ['POST', '/api/events/requeue', 'ids', {}],
+      ['POST', '/api/endpoints', 'url', { eventTypes: ['order.*'] }],
+      ['POST', '/api/endpoints', 'eventTypes', { url: 'http://127.0.0.1:9/x', eventTypes: [] }],
+      ['GET', '/api/endpoints?state=sleepy', 'state'],
+      ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'endpointId', {}],
+    ];
+    for (const [method, path, parameter, body] of cases) {
+      const r = await call(s.url, method, path, { headers: bearer(), body: body ?? (method === 'POST' ? {} : undefined) });
+      expect(r.status, `${method} ${path}`).toBe(400);
+      expect(r.json.error.parameter, `${method} ${path}`).toBe(parameter);
+      expect(r.json.error.message).toContain(parameter);
+    }
+    const notJson = await call(s.url, 'POST', '/api/jobs/cancel', { headers: { ...bearer(), 'content-type': 'application/json' }, form: { x: '{' } as never });
+    expect(notJson.status).toBe(400);
+    expect((await call(s.url, 'GET', '/api/nothing-here', { headers: bearer() })).status).toBe(404);
+    expect((await call(s.url, 'DELETE', '/api/events', { headers: bearer() })).status).toBe(405);
+    // The panel shows the same refusal on the page (400), naming the parameter.
+    const page = await call(s.url, 'GET', '/events?state=done', { headers: { cookie: await login(s.url) } });
+    expect(page.status).toBe(400);
+    expect(page.text).toContain('invalid parameter state');
+  });
+
+  test('events: list with filters and cursor, one event with its jobs, requeue of a real poisoned event', async () => {
+    const { bus, s } = await setup(target, { start: true });
+    const done = bus.lifecycle.waitFor('job:completed');
+    const ids = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'A1' }, { subject: 'A1', traceId: 'trace-1' }),
+      await bus.record(tx, 'order.paid', { orderNo: 'A1' }, { subject: 'A1' }),
+      await bus.record(tx, 'order.created', { orderNo: 'B2' }, { subject: 'B2' }),
+    ]);
+    await done;
+    const all = await call(s.url, 'GET', '/api/events?limit=2', { headers: bearer() });
+    expect(all.status).toBe(200);
+    expect(all.json.events.map((e: { id: string }) => e.id)).toEqual([ids[2], ids[1]]);
+    const older = await call(s.url, 'GET', `/api/events?limit=2&cursor=${all.json.nextCursor}`, { headers: bearer() });
+    expect(older.json.events.map((e: { id: string }) => e.id)).toEqual([ids[0]]);
+    expect(older.json.nextCursor).toBeNull();
+    expect((await call(s.url, 'GET', '/api/events?subject=A1&type=order.paid', { headers: bearer() })).json.events).toHaveLength(1);
+    expect((await call(s.url, 'GET', '/api/events?traceId=trace-1', { headers: bearer() })).json.events[0].id).toBe(ids[0]);
+    const since = new Date(Date.now() - 60_000).toISOString();
+    expect((await call(s.url, 'GET', `/api/events?since=${since}&type=order.*`, { headers: bearer() })).json.events).toHaveLength(3);
+    const one = await call(s.url, 'GET', `/api/events/${ids[0]}`, { headers: bearer() });
+    expect(one.json.event).toMatchObject({ id: ids[0], type: 'order.created', payload: { orderNo: 'A1' }, traceId: 'trace-1' });
+    expect(one.json.jobs[0]).toMatchObject({ target: 'mailer', eventId: ids[0] });
+    expect(one.json.attempts).toEqual([]);
+    expect((await call(s.url, 'GET', '/api/events/00000000-0000-7000-8000-000000000000', { headers: bearer() })).status).toBe(404);
+
+    const boom = await poisonOne(target, bus);
+    expect((await call(s.url, 'GET', '/api/events?state=poisoned', { headers: bearer() })).json.events.map((e: { id: string }) => e.id)).toEqual([boom]);
+    const ov = await call(s.url, 'GET', '/api/overview', { headers: bearer() });
+    expect(ov.json.poisoned).toBe(1);
+    expect(ov.json.alerts.map((a: { name: string }) => a.name)).toContain('events_poisoned');
+    const fanned = bus.lifecycle.waitFor('relay:batch:fanned', (b) => b.eventIds.includes(boom));
+    const r = await call(s.url, 'POST', '/api/events/requeue', { body: { ids: [boom] }, headers: bearer() });
+    expect(r.json.requeued).toEqual([boom]);
+    await fanned;
+    const [row] = await target.query(`select poisoned_at, fan_attempts, fanned_out_at from "${bus.schema}".events where id = $1`, [boom]);
+    expect(row).toMatchObject({ poisoned_at: null, fan_attempts: 0 });
+    expect(row.fanned_out_at).not.toBeNull();
+    expect((await call(s.url, 'GET', '/api/overview', { headers: bearer() })).json.alerts.map((a: { name: string }) => a.name)).not.toContain('events_poisoned');
+  });
+
+  test('jobs: list by state and handler; discard, retry and cancel change the rows', async () => {
+    const { bus, s } = await setup(target);
+    await bus.start();
+    await bus.stop();
+    // A second bus on the schema with no worker: the jobs stay where the API puts them.
+    const idle = await testBus(target, events, { schema: bus.schema, worker: { enabled: false }, relay: { enabled: false } });
+    const h = createAdminHandler(idle as never, { auth: { token: TOKEN } });
+    const t = await serve(h);
+    await idle.transaction((tx) => idle.recordMany(tx, ['J1', 'J2', 'J3'].map((orderNo) => ({ type: 'order.created' as const, payload: { orderNo } }))));
+    await idle.relayOnce();
+    const list = await call(t.url, 'GET', '/api/jobs?handler=mailer&state=available&limit=2', { headers: bearer() });
+    expect(list.json.jobs).toHaveLength(2);
+    expect(list.json.nextCursor).toBe(list.json.jobs[1].id);
+    const ids: string[] = (await call(t.url, 'GET', '/api/jobs', { headers: bearer() })).json.jobs.map((j: { id: string }) => j.id);
+    expect(ids).toHaveLength(3);
+    const state = async (id: string) => (await target.query(`select state from "${idle.schema}".jobs where id = $1`, [id]))[0].state;
+
+    expect((await call(t.url, 'POST', '/api/jobs/discard', { body: { ids: [ids[0]] }, headers: bearer() })).json.discarded).toEqual([ids[0]]);
+    expect(await state(ids[0]!)).toBe('discarded');
+    expect((await call(t.url, 'GET', '/api/jobs?state=discarded', { headers: bearer() })).json.jobs.map((j: { id: string }) => j.id)).toEqual([ids[0]]);
+    expect((await call(t.url, 'POST', '/api/jobs/retry', { body: { ids: [ids[0]] }, headers: bearer() })).json.retried).toEqual([ids[0]]);
+    expect(await state(ids[0]!)).toBe('available');
+    expect((await call(t.url, 'POST', '/api/jobs/cancel', { body: { ids: [ids[1]] }, headers: bearer() })).json.cancelled).toEqual([ids[1]]);
+    expect(await state(ids[1]!)).toBe('cancelled');
+    await call(t.url, 'POST', '/api/jobs/discard', { body: { ids: [ids[2]] }, headers: bearer() });
+    const bulk = await call(t.url, 'POST', '/api/jobs/retry', { body: { state: 'discarded', handler: 'mailer' }, headers: bearer() });
+    expect(bulk.json.retried).toEqual([ids[2]]);
+    expect(await state(ids[2]!)).toBe('available');
+    h.close();
+  });
+
+  test('endpoints: create returns the secret once; list, get, disable, enable, rotate, test and the attempt log', async () => {
+    const { bus, s } = await setup(target, { start: true, handlers: false });
+    const received: string[] = [];
+    const receiver = await serve((req, res) => {
+      received.push(String(req.headers['webhook-id']));
+      res.statusCode = 204;
+      res.end();
+    });
+    const created = await call(s.url, 'POST', '/api/endpoints', { body: { url: `${receiver.url}/hook`, eventTypes: ['order.*'], description: 'warehouse' }, headers: bearer() });
+    expect(created.status).toBe(201);
+    expect(created.json.secret).toMatch(/^whsec_/);
+    const id = created.json.endpoint.id as string;
+    const secret = created.json.secret as string;
+    for (const path of ['/api/endpoints', `/api/endpoints/${id}`]) {
+      const r = await call(s.url, 'GET', path, { headers: bearer() });
+      expect(r.status).toBe(200);
+      expect(r.text).not.toContain(secret);
+      expect(r.text).not.toContain('whsec_');
+    }
+    expect((await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json.endpoints[0]).toMatchObject({ id, state: 'enabled', secretHint: secret.slice(-4) });
+
+    const dis = await call(s.url, 'POST', `/api/endpoints/${id}/disable`, { body: { reason: 'receiver moved' }, headers: bearer() });
+    expect(dis.json.endpoint).toMatchObject({ state: 'disabled', disabledReason: 'receiver moved' });
+    expect((await target.query(`select state from "${bus.schema}".endpoints where id = $1`, [id]))[0].state).toBe('disabled');
+    expect((await call(s.url, 'GET', '/api/endpoints?state=disabled', { headers: bearer() })).json.endpoints).toHaveLength(1);
+    const en = await call(s.url, 'POST', `/api/endpoints/${id}/enable`, { headers: bearer() });
+    expect(en.json.endpoint).toMatchObject({ state: 'enabled', disabledReason: null });
+    expect((await target.query(`select state, disabled_at from "${bus.schema}".endpoints where id = $1`, [id]))[0]).toMatchObject({ state: 'enabled', disabled_at: null });
+
+    const rot = await call(s.url, 'POST', `/api/endpoints/${id}/rotate`, { headers: bearer() });
+    expect(rot.json.secret).toMatch(/^whsec_/);
+    expect(rot.json.secret).not.toBe(secret);
+    expect(rot.json.endpoint.secretHint).toBe(rot.json.secret.slice(-4));
+
+    const test = await call(s.url, 'POST', `/api/endpoints/${id}/test`, { headers: bearer() });
+    expect(test.status).toBe(200);
+    expect(test.json.attempt).toMatchObject({ outcome: 'success', status: 204 });
+    expect(received).toHaveLength(1);
+
+    // A real delivery, its attempt on the event page data, and a resend.
+    const attempted = bus.lifecycle.waitFor('webhook:attempt' as never, (e: { jobId: string | null }) => e.jobId !== null);
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'W1' }));
+    await attempted;
+    const ev = await call(s.url, 'GET', `/api/events/${eventId}`, { headers: bearer() });
+    expect(ev.json.attempts).toHaveLength(1);
+    expect(ev.json.attempts[0]).toMatchObject({ outcome: 'success', endpointId: id });
+    const log = await call(s.url, 'GET', `/api/endpoints/${id}/attempts?limit=1`, { headers: bearer() });
+    expect(log.json.attempts).toHaveLength(1);
+    expect(log.json.nextCursor).not.toBeNull();
+    const again = bus.lifecycle.waitFor('webhook:attempt' as never, (e: { jobId: string | null }) => e.jobId !== null);
+    const resend = await call(s.url, 'POST', `/api/deliveries/${ev.json.attempts[0].deliveryId}/resend`, { headers: bearer() });
+    expect(resend.json.delivery).toMatchObject({ eventId, endpointId: id });
+    await again;
+    const replayed = bus.lifecycle.waitFor('webhook:attempt' as never, (e: { jobId: string | null }) => e.jobId !== null);
+    const replay = await call(s.url, 'POST', `/api/events/${eventId}/replay`, { body: { endpointId: id }, headers: bearer() });
+    expect(replay.json.delivery).toMatchObject({ eventId, endpointId: id });
+    await replayed;
+    expect(new Set(received).size).toBe(4);
+    expect((await call(s.url, 'POST', `/api/endpoints/00000000-0000-7000-8000-000000000000/enable`, { headers: bearer() })).status).toBe(404);
+  });
+
+  test('healthz: public; 200 with a live leader, 503 without; metrics: Prometheus text with the figures', async () => {
+    const { bus, s } = await setup(target);
+    const before = await call(s.url, 'GET', '/healthz');
+    expect(before.status).toBe(503);
+    expect(before.json).toMatchObject({ database: 'up', leader: 'none' });
+    const elected = bus.lifecycle.waitFor('leader:elected');
+    await bus.start();
+    await elected;
+    const after = await call(s.url, 'GET', '/healthz');
+    expect(after.status).toBe(200);
+    expect(after.json).toMatchObject({ status: 'ok', database: 'up', leader: 'seen' });
+
+    const done = bus.lifecycle.waitFor('job:completed');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'M1' }));
+    await done;
+    const m = await call(s.url, 'GET', '/metrics', { headers: bearer() });
+    expect(m.status).toBe(200);
+    expect(m.headers['content-type']).toContain('text/plain');
+    for (const line of [
+      'rea_events_backlog 0', 'rea_events_poisoned 0', 'rea_events_oldest_unfanned_age_seconds 0',
+      'rea_jobs{state="completed"} 1', 'rea_leader_lease_valid 1', 'rea_webhook_deliveries_total{outcome="success"} 0',
+    ]) expect(m.text).toContain(line);
+    expect(m.text).toMatch(/rea_handler_duration_seconds_count\{handler="mailer",kind="handler"\} 1/);
+    expect(m.text).toMatch(/rea_table_size_bytes\{table="events"\} \d+/);
+    expect(m.text).not.toContain('process_cpu'); // a private registry: no default metrics of the host app
+  });
+
+  test('stored XSS in payload, subject and type-like fields renders as text', async () => {
+    const { bus, s } = await setup(target, { handlers: false });
+    const xss = '<script>window.__pwned=1</script>"><img src=x onerror=alert(1)>';
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: xss, note: xss }, { subject: xss, traceId: xss, createdBy: xss }));
+    const cookie = await login(s.url);
+    for (const path of ['/events', `/events/${id}`, `/events?subject=${encodeURIComponent(xss)}`]) {
+      const page = await call(s.url, 'GET', path, { headers: { cookie } });
+      expect(page.status, path).toBe(200);
+      expect(page.text).not.toContain('<script>window.__pwned');
+      expect(page.text).not.toContain('<img src=x');
+      expect(page.text).toContain('&lt;script&gt;window.__pwned=1&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;');
+    }
+  });
+
+  test('mounted in Express under /admin: API and pages, links carry the mount path', async () => {
+    const { bus } = await setup(target);
+    const app = express();
+    const handler = createAdminHandler(bus as never, { auth: { token: TOKEN } });
+    app.use('/admin', handler);
+    app.get('/', (_req, res) => void res.send('app'));
+    const s = await serve(app);
+    expect((await call(s.url, 'GET', '/admin/api/overview', { headers: bearer() })).json).toMatchObject({ backlog: 0 });
+    expect((await call(s.url, 'GET', '/admin/api/overview')).status).toBe(401);
+    expect((await call(s.url, 'GET', '/admin/')).headers.location).toBe('/admin/login');
+    const cookie = await login(s.url, '/admin');
+    const page = await call(s.url, 'GET', '/admin/', { headers: { cookie } });
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('href="/admin/events"');
+    const csrf = csrfFrom(page.text);
+    const r = await call(s.url, 'POST', '/admin/api/events/requeue', { form: { poisoned: 'true', _csrf: csrf, _return: '/' }, headers: { cookie, origin: s.url } });
+    expect(r.status).toBe(303);
+    expect(r.headers.location).toMatch(/^\/admin\/\?notice=/);
+    expect((await call(s.url, 'GET', '/')).text).toBe('app');
+    // With express.json() ahead of it, the already-parsed body is used.
+    const app2 = express();
+    app2.use(express.json());
+    app2.use('/ops', handler);
+    const s2 = await serve(app2);
+    expect((await call(s2.url, 'POST', '/ops/api/jobs/discard', { body: { ids: ['1'] }, headers: bearer() })).json).toEqual({ discarded: [] });
+    expect((await call(s2.url, 'POST', '/ops/api/jobs/discard', { body: { ids: ['x'] }, headers: bearer() })).json.error.parameter).toBe('ids');
+  });
+
+  test("node:http with basePath; auth 'none' serves loopback clients with a loopback Host only", async () => {
+    const { bus } = await setup(target);
+    const based = createAdminHandler(bus as never, { auth: { token: TOKEN }, basePath: '/ops' });
+    const s = await serve(based);
+    expect((await call(s.url, 'GET', '/ops/api/overview', { headers: bearer() })).status).toBe(200);
+    expect((await call(s.url, 'GET', '/ops/', { headers: { cookie: await login(s.url, '/ops') } })).text).toContain('href="/ops/jobs"');
+
+    const open = createAdminHandler(bus as never, { auth: 'none' });
+    const local = await serve(open);
+    expect((await call(local.url, 'GET', '/api/overview')).status).toBe(200);
+    const page = await call(local.url, 'GET', '/');
+    expect(page.status).toBe(200);
+    // DNS rebinding: a loopback peer, but a Host the attacker controls.
+    expect((await call(local.url, 'GET', '/api/overview', { headers: { host: 'evil.example' } })).status).toBe(403);
+    // Cross-site POST and a POST without the page's CSRF token are refused even on loopback.
+    expect((await call(local.url, 'POST', '/api/events/requeue', { body: { poisoned: true }, headers: { origin: 'https://evil.example' } })).status).toBe(403);
+    expect((await call(local.url, 'POST', '/api/events/requeue', { body: { poisoned: true }, headers: { origin: local.url } })).status).toBe(403);
+    expect((await call(local.url, 'POST', '/api/events/requeue', { body: { poisoned: true }, headers: { origin: local.url, 'x-csrf-token': csrfFrom(page.text) } })).status).toBe(200);
+    // A peer that is not loopback (as seen through a proxy or a public bind) is refused.
+    const remote = await serve((req, res) => {
+      Object.defineProperty(req.socket, 'remoteAddress', { value: '10.1.2.3', configurable: true });
+      open(req, res);
+    });
+    expect((await call(remote.url, 'GET', '/api/overview')).status).toBe(403);
+  });
+});
