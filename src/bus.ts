@@ -23,7 +23,9 @@ import { eventListParams, jobListParams, pageOf, type EventListFilter, type JobL
 import { notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
+import { evaluateAlerts, type Alert, type AlertThresholds } from './admin/alerts.js';
 import { Leader } from './maintenance/leader.js';
+import { Retention, type AppTableRetention, type RetentionReport } from './maintenance/retention.js';
 import { Rescuer } from './maintenance/rescuer.js';
 import { ServiceRunner } from './maintenance/service.js';
 import { Relay } from './relay/relay.js';
@@ -55,6 +57,19 @@ export interface BusOptions<S extends EventSchemas> {
   notifyDebounceMs?: number;
   leader?: { ttlMs?: number; renewMs?: number };
   rescuer?: { intervalMs?: number; batchSize?: number };
+  /** Storage bounds; defaults in DEFAULTS.retention. Windows and intervals take -1 for keep / never. */
+  retention?: {
+    enabled?: boolean;
+    batchSize?: number;
+    pauseMs?: number;
+    events?: { olderThanMs?: number; everyMs?: number; archive?: boolean; archiveOlderThanMs?: number };
+    jobs?: { completedMs?: number; discardedMs?: number; cancelledMs?: number; everyMs?: number };
+    consumes?: { olderThanMs?: number | 'auto'; everyMs?: number };
+    appEveryMs?: number;
+  };
+  /** Alert thresholds; defaults in DEFAULTS.alerts; -1 turns an alert off. */
+  alerts?: Partial<AlertThresholds>;
+  overview?: { exactCountLimit?: number };
   logger?: Logger;
   clock?: Clock;
 }
@@ -76,6 +91,16 @@ export type RecordItem<S extends EventSchemas> = {
 
 export interface Overview extends StatusCounts {
   oldestUnfannedAgeMs: number | null;
+  /** Discarded jobs (the same figure as jobs.discarded): dead letters waiting for a retry or retention. */
+  discarded: number;
+  /** Every table in rea's schema, total size with indexes and TOAST, in bytes. */
+  tables: { name: string; totalBytes: number }[];
+  /** Figures that are planner estimates (exact counts stop at overview.exactCountLimit), e.g. 'jobs.completed'. */
+  estimated: string[];
+  /** What needs a person, most urgent first; empty when all is well. */
+  alerts: Alert[];
+  /** The "now" the ages and alerts were computed at. */
+  at: Date;
 }
 
 type Handler<S extends EventSchemas, P extends string> = (event: ReaEvent<S, MatchingTypes<S, P>>, ctx: HandlerContext) => unknown | Promise<unknown>;
@@ -107,6 +132,20 @@ export interface Bus<S extends EventSchemas> {
     list(filter?: JobListFilter): Promise<Page<JobSummary>>;
     /** Dead-letter waiting jobs (available, retryable) by hand; returns the ids that moved. */
     discard(ids: readonly string[]): Promise<string[]>;
+    /**
+     * Run discarded (or cancelled) jobs again now. A retried job keeps its attempt count and gets
+     * its handler's full allowance on top; jobs whose event retention removed are left alone.
+     * Returns the ids rescheduled.
+     */
+    retry(target: readonly string[] | { state: 'discarded' | 'cancelled'; handler?: string }): Promise<string[]>;
+    /** Cancel waiting jobs (available, retryable); running and final jobs are left alone. Returns the ids cancelled. */
+    cancel(ids: readonly string[]): Promise<string[]>;
+  };
+  retention: {
+    /** Trim an application table by the same bounded cleaner (before start()). */
+    register(spec: AppTableRetention): void;
+    /** One pass of every rule now; with dryRun, report what it would remove. */
+    run(options?: { dryRun?: boolean }): Promise<RetentionReport>;
   };
   /** The handler registered under `name` (for rea/testing). */
   handler(name: string): RegisteredHandler | undefined;
@@ -150,6 +189,19 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   });
   const maintenance = [new ServiceRunner(new Rescuer(driver, o.rescuer?.intervalMs ?? DEFAULTS.rescuer.intervalMs, o.rescuer?.batchSize ?? DEFAULTS.rescuer.batchSize, { clock, lifecycle }), log)];
+  const retentionSettings = {
+    ...DEFAULTS.retention, ...o.retention,
+    events: { ...DEFAULTS.retention.events, ...o.retention?.events },
+    jobs: { ...DEFAULTS.retention.jobs, ...o.retention?.jobs },
+    consumes: { ...DEFAULTS.retention.consumes, ...o.retention?.consumes },
+  };
+  const alertThresholds: AlertThresholds = { ...DEFAULTS.alerts, ...o.alerts };
+  const exactCountLimit = o.overview?.exactCountLimit ?? DEFAULTS.overview.exactCountLimit;
+  const retention = new Retention(driver, retentionSettings, {
+    clock, lifecycle, log,
+    handlers: () => [...handlers.values()].map((h) => ({ name: h.name, maxAttempts: h.maxAttempts, leaseMs: h.timeoutMs + leaseMarginMs, backoff: h.backoff })),
+    keepGoing: () => leader.isLeader && state === 'started',
+  });
   const leader = new Leader(driver, { leaderId: instanceId, ttlMs: o.leader?.ttlMs ?? DEFAULTS.leader.ttlMs, renewMs: o.leader?.renewMs ?? DEFAULTS.leader.renewMs }, {
     clock, lifecycle, log,
     onChange: (leading) => {
@@ -280,6 +332,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       }
       if (relayOptions.enabled !== false) relay.start();
       if (workerOptions.enabled !== false && handlers.size > 0) worker.start();
+      // Retention rules are known only now: retention.register() may be called until start().
+      if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log));
       leader.start();
     },
 
@@ -299,9 +353,27 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     async overview() {
-      const counts = await driver.executor.statusCounts();
-      const now = clock.now()?.getTime() ?? Date.now();
-      return { ...counts, oldestUnfannedAgeMs: counts.oldestUnfannedAt ? Math.max(0, now - counts.oldestUnfannedAt.getTime()) : null };
+      const facts = await driver.operations.overviewFacts({ exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog });
+      // The database's clock unless one is injected: created_at comes from it, so ages never mix two clocks.
+      const now = clock.now()?.getTime() ?? facts.readAt.getTime();
+      const jobs = Object.fromEntries(Object.entries(facts.jobs).map(([k, f]) => [k, f.value])) as Overview['jobs'];
+      const estimated = [
+        ...(facts.backlog.estimated ? ['backlog'] : []),
+        ...(facts.poisoned.estimated ? ['poisoned'] : []),
+        ...Object.entries(facts.jobs).filter(([, f]) => f.estimated).map(([k]) => `jobs.${k}`),
+      ];
+      return {
+        backlog: facts.backlog.value,
+        poisoned: facts.poisoned.value,
+        oldestUnfannedAt: facts.oldestUnfannedAt,
+        oldestUnfannedAgeMs: facts.oldestUnfannedAt ? Math.max(0, now - facts.oldestUnfannedAt.getTime()) : null,
+        jobs,
+        discarded: jobs.discarded,
+        tables: facts.tables,
+        estimated,
+        alerts: evaluateAlerts(facts, alertThresholds, now),
+        at: new Date(now),
+      };
     },
 
     events: {
@@ -331,6 +403,35 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         }
         return driver.admin.jobDiscard({ ids: [...ids], now: clock.now() });
       },
+      async retry(target) {
+        let ids: string[];
+        if (Array.isArray(target)) {
+          ids = await driver.operations.jobRetry({ ids: checkJobIds(target, 'jobs.retry(ids)'), now: clock.now() });
+        } else {
+          const t = target as { state?: unknown; handler?: unknown } | null;
+          if (!t || (t.state !== 'discarded' && t.state !== 'cancelled')) {
+            throw new OptionsError('jobs.retry', "pass job ids, or { state: 'discarded' | 'cancelled', handler? }");
+          }
+          if (t.handler !== undefined && (typeof t.handler !== 'string' || t.handler === '')) throw new OptionsError('jobs.retry.handler', 'must be a handler name');
+          ids = await driver.operations.jobRetry({ state: t.state, handler: t.handler as string | undefined, now: clock.now() });
+        }
+        if (ids.length > 0) {
+          if (state === 'started' && workerOptions.enabled !== false) worker.wake();
+          if (driver.capabilities.listenNotify) notifier('j'); // workers of other processes
+        }
+        return ids;
+      },
+      async cancel(ids) {
+        return driver.operations.jobCancel({ ids: checkJobIds(ids, 'jobs.cancel(ids)'), now: clock.now() });
+      },
+    },
+
+    retention: {
+      register(spec) {
+        if (state !== 'idle') throw new BusStateError('bus.retention.register() must be called before bus.start()');
+        retention.register(spec);
+      },
+      run: (runOptions) => retention.runOnce(runOptions),
     },
 
     handler: (name) => handlers.get(name),
@@ -342,6 +443,13 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   };
   return bus;
+}
+
+function checkJobIds(ids: unknown, field: string): string[] {
+  if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && /^[1-9][0-9]{0,18}$/.test(id))) {
+    throw new OptionsError(field, 'must be an array of job ids (digits, as strings)');
+  }
+  return [...ids];
 }
 
 function makeDriver(database: DatabaseOptions, schema: string, poolSize: number, log: Logger): Driver {

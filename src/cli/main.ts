@@ -3,7 +3,10 @@ import { Command } from 'commander';
 import { ReaError } from '../core/errors.js';
 import { captureCommand } from './capture.js';
 import { demoCommand } from './demo.js';
+import { eventsCommand } from './events.js';
+import { jobsCommand } from './jobs.js';
 import { migrateCommand } from './migrate.js';
+import { retentionCommand } from './retention.js';
 import { runCommand } from './run.js';
 import { statusCommand } from './status.js';
 
@@ -15,6 +18,9 @@ export function program(): Command {
     .addCommand(statusCommand())
     .addCommand(demoCommand())
     .addCommand(captureCommand())
+    .addCommand(retentionCommand())
+    .addCommand(eventsCommand())
+    .addCommand(jobsCommand())
     .showHelpAfterError();
 }
 

@@ -28,7 +28,7 @@ export function runCommand(): Command {
     });
 }
 
-async function loadBus(modulePath: string): Promise<Bus<any>> {
+export async function loadBus(modulePath: string): Promise<Bus<any>> {
   const mod = await import(pathToFileURL(resolve(modulePath)).href);
   let candidate = mod.bus ?? mod.default;
   if (typeof candidate === 'function') candidate = await candidate();

@@ -1,30 +1,55 @@
-// rea status: backlog, poisoned rows, oldest unfanned age and jobs by state; --json for scripts.
+// rea status: the overview for people (alerts first, then backlog, jobs and table sizes), or
+// --json for scripts; --check exits 1 while any alert holds, for cron jobs and probes.
 import { Command } from 'commander';
+import { formatMs } from '../admin/alerts.js';
 import type { Overview } from '../bus.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
 
 export function statusCommand(): Command {
-  return addConnectionFlags(new Command('status').description('show the backlog, poisoned events and jobs by state'))
-    .option('--json', 'print JSON')
-    .action(async (flags: ConnectionFlags & { json?: boolean }) => {
+  return addConnectionFlags(new Command('status').description('show alerts, the backlog, poisoned events, jobs by state and table sizes'))
+    .option('--json', 'print the overview as JSON')
+    .option('--check', 'exit with status 1 when any alert holds')
+    .action(async (flags: ConnectionFlags & { json?: boolean; check?: boolean }) => {
       const overview = await withAdminBus(flags, (bus) => bus.overview());
       console.log(flags.json ? JSON.stringify(overview) : formatOverview(overview));
+      if (flags.check && overview.alerts.length > 0) process.exitCode = 1;
     });
 }
 
 export function formatAge(ms: number | null): string {
-  if (ms === null) return '-';
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  if (ms < 120_000) return `${(ms / 1000).toFixed(1)} s`;
-  if (ms < 7_200_000) return `${Math.round(ms / 60_000)} min`;
-  return `${(ms / 3_600_000).toFixed(1)} h`;
+  return ms === null ? '-' : formatMs(ms);
+}
+
+export function formatBytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  const units = ['kB', 'MB', 'GB', 'TB'];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v < 10 ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
 }
 
 export function formatOverview(o: Overview): string {
-  const lines = [
-    `events   backlog ${o.backlog} unfanned · oldest ${formatAge(o.oldestUnfannedAgeMs)} · poisoned ${o.poisoned}`,
-    `jobs     ${Object.entries(o.jobs).map(([state, n]) => `${state} ${n}`).join(' · ')}`,
-  ];
+  const at = o.at instanceof Date ? o.at.getTime() : Date.parse(String(o.at));
+  const est = (key: string, n: number) => (o.estimated?.includes(key) ? `~${n}` : String(n));
+  const lines: string[] = [];
+  const alerts = o.alerts ?? [];
+  if (alerts.length === 0) {
+    lines.push('alerts   none');
+  } else {
+    lines.push(`alerts   ${alerts.length}`);
+    for (const a of alerts) {
+      const since = a.since ? ` (since ${new Date(a.since).toISOString()}, ${formatMs(Math.max(0, at - new Date(a.since).getTime()))} ago)` : '';
+      lines.push(`  ! ${a.name}: ${a.message}${since}`);
+    }
+  }
+  lines.push(`events   backlog ${est('backlog', o.backlog)} unfanned · oldest ${formatAge(o.oldestUnfannedAgeMs)} · poisoned ${est('poisoned', o.poisoned)}`);
+  lines.push(`jobs     ${Object.entries(o.jobs).map(([state, n]) => `${state} ${est(`jobs.${state}`, n)}`).join(' · ')}`);
+  if (o.tables?.length) lines.push(`tables   ${o.tables.map((t) => `${t.name} ${formatBytes(t.totalBytes)}`).join(' · ')}`);
+  if (o.estimated?.length) lines.push(`         ~ = planner estimate (${o.estimated.join(', ')}); exact counts stop at overview.exactCountLimit`);
   return lines.join('\n');
 }

@@ -13,7 +13,25 @@ export function exponentialBackoff(options: { baseMs?: number; factor?: number; 
   const jitter = options.jitterMs ?? DEFAULT_HANDLER_JITTER_MS;
   const max = options.maxMs ?? 7 * 24 * 3600_000;
   const random = options.random ?? Math.random;
-  return (attempt) => Math.min(max, base * factor ** Math.max(0, attempt - 1)) + Math.floor(random() * jitter);
+  const backoff: Backoff = (attempt) => Math.min(max, base * factor ** Math.max(0, attempt - 1)) + Math.floor(random() * jitter);
+  upperBounds.set(backoff, (attempt) => Math.min(max, base * factor ** Math.max(0, attempt - 1)) + jitter);
+  return backoff;
+}
+
+// Retention keeps consume records as long as a redelivery is possible, so it needs the longest
+// delay a backoff can produce; the schedules built here know theirs exactly.
+const upperBounds = new WeakMap<Backoff, Backoff>();
+
+/**
+ * The longest delay `backoff` can return after `attempt`. Exact for exponentialBackoff(); for
+ * any other function, the largest of several calls, doubled to cover jitter the calls missed.
+ */
+export function backoffUpperBound(backoff: Backoff, attempt: number): number {
+  const known = upperBounds.get(backoff);
+  if (known) return known(attempt);
+  let most = 0;
+  for (let i = 0; i < 16; i++) most = Math.max(most, Number(backoff(attempt)) || 0);
+  return most * 2;
 }
 
 export const defaultHandlerBackoff: Backoff = exponentialBackoff();

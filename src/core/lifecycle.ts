@@ -10,6 +10,10 @@ export interface LifecycleEvents {
   'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string };
   'job:skipped': { jobId: string; handler: string; eventId: string; reason: 'already-consumed' };
   'jobs:rescued': { rescued: number; discarded: number };
+  /** One retention delete statement (at most retention.batchSize rows). */
+  'retention:batch': { rule: string; table: string; removed: number; batch: number };
+  /** One retention rule's pass, or its dry run. */
+  'retention:pass': { rule: string; table: string; olderThanMs: number; removed: number; batches: number; archived: boolean; dryRun: boolean };
   'leader:elected': { leaderId: string };
   'leader:lost': { leaderId: string };
   'transaction:committed': { events: number };

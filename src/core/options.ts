@@ -3,6 +3,9 @@ import { z } from 'zod';
 import type { Backoff } from './backoff.js';
 import { OptionsError } from './errors.js';
 
+const HOUR = 3600_000;
+const DAY = 24 * HOUR;
+
 export const DEFAULTS = {
   schema: 'rea',
   maxPayloadBytes: 256 * 1024,
@@ -32,6 +35,51 @@ export const DEFAULTS = {
   notifyDebounceMs: 3,
   leader: { ttlMs: 15_000, renewMs: 5_000 },
   rescuer: { intervalMs: 5_000, batchSize: 1000 },
+  /** Storage bounds. Every window (…Ms) and interval (everyMs) takes -1 for "keep forever" / "never run". */
+  retention: {
+    /** Rows deleted per statement, so a large backlog of old rows never holds long locks. */
+    batchSize: 10_000,
+    /** Pause between two full batches, leaving room for the hot path. */
+    pauseMs: 100,
+    events: {
+      /** Fanned, unpoisoned events older than this are deleted (unfanned and poisoned rows never are). */
+      olderThanMs: 7 * DAY,
+      everyMs: HOUR,
+      /** Move them to events_archive instead of deleting them. */
+      archive: false,
+      /** Archived rows older than this are deleted (default: kept; bound the archive yourself). */
+      archiveOlderThanMs: -1,
+    },
+    jobs: {
+      completedMs: DAY,
+      discardedMs: 7 * DAY,
+      /** Cancelled jobs are an operator's decision: kept as long as discarded ones, for the record. */
+      cancelledMs: 7 * DAY,
+      everyMs: 5 * 60_000,
+    },
+    consumes: {
+      /** 'auto': derived from the handlers' retry schedules and the discarded window (see README). */
+      olderThanMs: 'auto' as number | 'auto',
+      everyMs: HOUR,
+    },
+    /** Default interval of a table registered with retention.register(). */
+    appEveryMs: HOUR,
+  },
+  /** Alert thresholds: an alert fires when its figure exceeds the threshold; -1 turns it off. */
+  alerts: {
+    /** events_backlog: more unfanned events than this… */
+    eventsBacklog: 1000,
+    /** …or the oldest unfanned event older than this. */
+    eventsBacklogAgeMs: 5 * 60_000,
+    /** events_poisoned: any poisoned event. */
+    eventsPoisoned: 0,
+    /** jobs_discarded: any discarded job. */
+    jobsDiscarded: 0,
+  },
+  overview: {
+    /** Counts are exact up to this many rows, planner estimates beyond (and marked as such). */
+    exactCountLimit: 10_000,
+  },
   handler: {
     maxAttempts: 5,
     timeoutMs: 30_000,
@@ -41,6 +89,10 @@ export const DEFAULTS = {
 
 const positiveInt = z.number().int().positive();
 const nonNegInt = z.number().int().nonnegative();
+/** A window or interval in ms, or -1 for "keep forever" / "never". */
+const windowMs = z.union([z.literal(-1), positiveInt], { error: 'a positive number of milliseconds, or -1 for keep forever' });
+/** An alert threshold (fires above it), or -1 to turn the alert off. */
+const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
@@ -66,6 +118,28 @@ export const busOptionsSchema = z.object({
   notifyDebounceMs: nonNegInt.optional(),
   leader: z.object({ ttlMs: positiveInt.optional(), renewMs: positiveInt.optional() }).strict().optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
+  retention: z.object({
+    enabled: z.boolean().optional(),
+    batchSize: positiveInt.max(1_000_000).optional(),
+    pauseMs: nonNegInt.optional(),
+    events: z.object({
+      olderThanMs: windowMs.optional(), everyMs: windowMs.optional(), archive: z.boolean().optional(),
+      archiveOlderThanMs: windowMs.optional(),
+    }).strict().optional(),
+    jobs: z.object({
+      completedMs: windowMs.optional(), discardedMs: windowMs.optional(), cancelledMs: windowMs.optional(),
+      everyMs: windowMs.optional(),
+    }).strict().optional(),
+    consumes: z.object({ olderThanMs: z.union([windowMs, z.literal('auto')]).optional(), everyMs: windowMs.optional() }).strict().optional(),
+    appEveryMs: windowMs.optional(),
+  }).strict().optional(),
+  alerts: z.object({
+    eventsBacklog: threshold.optional(),
+    eventsBacklogAgeMs: threshold.optional(),
+    eventsPoisoned: threshold.optional(),
+    jobsDiscarded: threshold.optional(),
+  }).strict().optional(),
+  overview: z.object({ exactCountLimit: positiveInt.max(10_000_000).optional() }).strict().optional(),
 });
 
 export const handlerOptionsSchema = z.object({

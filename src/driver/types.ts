@@ -1,6 +1,7 @@
 // The Driver seam: everything relay, worker, maintenance and admin code needs from a database.
 // No pg, PGlite or mysql2 type crosses this seam; each driver owns its SQL and migrations.
 import type { AdminExecutor } from './admin.js';
+import type { OperationsExecutor } from './operations.js';
 
 /** The least a database handle must offer: run one statement with positional parameters. */
 export interface Queryable {
@@ -177,6 +178,8 @@ export interface Driver {
   readonly executor: Executor;
   /** Admin lists and lookups (HTTP API, panel, CLI); see driver/admin.ts. */
   readonly admin: AdminExecutor;
+  /** Retention, overview facts and job repair; see driver/operations.ts. */
+  readonly operations: OperationsExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
   migrate(): Promise<{ applied: number[] }>;
   /** Run fn in a transaction on one of rea's own connections. */

@@ -6,6 +6,7 @@ import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
+import { PostgresOperationsExecutor } from '../postgres/executor-operations.js';
 import { postgresStatements } from '../postgres/sql.js';
 
 export interface PGliteDriverOptions {
@@ -19,6 +20,7 @@ export class PGliteDriver implements Driver {
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;
+  readonly operations: PostgresOperationsExecutor;
   private readonly db: PGlite;
   private readonly ownsDb: boolean;
   private readonly sql: ReturnType<typeof postgresStatements>;
@@ -36,6 +38,7 @@ export class PGliteDriver implements Driver {
     const pool: Queryable = { query: (text, params) => this.db.query(text, params) as never };
     this.executor = new PostgresExecutor(pool, this.sql);
     this.admin = new PostgresAdminExecutor(pool, quoteSchema(options.schema));
+    this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema));
   }
 
   async migrate(): Promise<{ applied: number[] }> {

@@ -121,4 +121,33 @@ end
 $fn$;
 `,
   },
+  {
+    version: 4,
+    name: 'retention',
+    // Number 3 is the webhooks migration, developed in parallel; the runner applies whatever is
+    // missing in array order, so 4 may land before 3 and both still apply exactly once.
+    //
+    // Archive mode moves fanned events here instead of deleting them. Same columns as events plus
+    // archived_at; the primary key on the (time-ordered UUIDv7) id is the only index, because the
+    // archive's own retention deletes by id range, exactly like events retention does. No new
+    // index on events, jobs or consumes is needed either: events and consumes are trimmed by
+    // primary-key range (UUIDv7 ids sort by time), jobs through jobs_finalized_idx.
+    sql: /* sql */ `
+create table {schema}.events_archive (
+  id            uuid primary key,
+  type          text not null,
+  subject       text,
+  payload       jsonb not null,
+  trace_id      text,
+  created_by    text,
+  version       integer not null default 1,
+  created_at    timestamptz not null,
+  fanned_out_at timestamptz,
+  fan_attempts  integer not null default 0,
+  poisoned_at   timestamptz,
+  last_error    text,
+  archived_at   timestamptz not null default now()
+);
+`,
+  },
 ];

@@ -1,0 +1,117 @@
+// Alerts: pure functions from the overview's facts, the thresholds and "now" to the alerts that
+// hold. They are data in the overview (CLI, panel, HTTP), never email: email may be what fails.
+//
+// "since" is derived from the rows themselves rather than kept in a state table: the overview
+// stays a read (it works on a replica and from `rea status`), every instance agrees, a restart
+// forgets nothing, and there is no state to clean up. The price: "since" describes the rows that
+// breach now (e.g. the oldest poisoned row still poisoned), not the first breach ever.
+import type { OverviewFacts } from '../driver/operations.js';
+
+export interface Alert {
+  /** events_backlog, events_poisoned, jobs_discarded (webhooks add endpoint_disabled). */
+  name: string;
+  /** The observed value that breaches the threshold. */
+  figure: number;
+  threshold: number;
+  unit: 'events' | 'jobs' | 'ms' | 'endpoints';
+  /** When the condition started to hold, as far as the rows still in breach tell. */
+  since: Date | null;
+  /** True when the figure is a planner estimate (see Overview.estimated). */
+  estimated: boolean;
+  /** One line for people. */
+  message: string;
+}
+
+/** An alert fires when its figure exceeds the threshold; -1 turns it off. */
+export interface AlertThresholds {
+  eventsBacklog: number;
+  eventsBacklogAgeMs: number;
+  eventsPoisoned: number;
+  jobsDiscarded: number;
+}
+
+export interface AlertEvaluator {
+  readonly name: string;
+  evaluate(facts: OverviewFacts, thresholds: AlertThresholds, nowMs: number): Alert | null;
+}
+
+const on = (threshold: number) => threshold >= 0;
+
+export const eventsBacklogAlert: AlertEvaluator = {
+  name: 'events_backlog',
+  evaluate(f, t, now) {
+    const count = f.backlog.value;
+    const ageMs = f.oldestUnfannedAt ? Math.max(0, now - f.oldestUnfannedAt.getTime()) : null;
+    const byCount = on(t.eventsBacklog) && count > t.eventsBacklog;
+    const byAge = on(t.eventsBacklogAgeMs) && ageMs !== null && ageMs > t.eventsBacklogAgeMs;
+    if (!byCount && !byAge) return null;
+    // Count: the moment the (threshold+1)-th oldest waiting event arrived. Age: the oldest event's
+    // arrival plus the allowed age.
+    const sinces: number[] = [];
+    if (byCount && f.backlogCrossedAt) sinces.push(f.backlogCrossedAt.getTime());
+    if (byAge) sinces.push(f.oldestUnfannedAt!.getTime() + t.eventsBacklogAgeMs);
+    const since = sinces.length ? new Date(Math.min(now, ...sinces)) : null;
+    const parts = [
+      `${count}${f.backlog.estimated ? ' (estimate)' : ''} unfanned events${on(t.eventsBacklog) ? ` (threshold ${t.eventsBacklog})` : ''}`,
+      `oldest ${ageMs === null ? '-' : formatMs(ageMs)}${on(t.eventsBacklogAgeMs) ? ` (threshold ${formatMs(t.eventsBacklogAgeMs)})` : ''}`,
+    ];
+    const message = `${parts.join(', ')}: the relay is behind or stopped`;
+    return byCount
+      ? { name: 'events_backlog', figure: count, threshold: t.eventsBacklog, unit: 'events', since, estimated: f.backlog.estimated, message }
+      : { name: 'events_backlog', figure: ageMs!, threshold: t.eventsBacklogAgeMs, unit: 'ms', since, estimated: false, message };
+  },
+};
+
+export const eventsPoisonedAlert: AlertEvaluator = {
+  name: 'events_poisoned',
+  evaluate(f, t) {
+    if (!on(t.eventsPoisoned) || f.poisoned.value <= t.eventsPoisoned) return null;
+    return {
+      name: 'events_poisoned', figure: f.poisoned.value, threshold: t.eventsPoisoned, unit: 'events',
+      since: f.poisonedSince, estimated: f.poisoned.estimated,
+      message: `${f.poisoned.value} poisoned events: fix the cause, then \`rea events requeue --poisoned\``,
+    };
+  },
+};
+
+export const jobsDiscardedAlert: AlertEvaluator = {
+  name: 'jobs_discarded',
+  evaluate(f, t) {
+    const d = f.jobs.discarded;
+    if (!on(t.jobsDiscarded) || d.value <= t.jobsDiscarded) return null;
+    return {
+      name: 'jobs_discarded', figure: d.value, threshold: t.jobsDiscarded, unit: 'jobs',
+      since: f.discardedSince, estimated: d.estimated,
+      message: `${d.value}${d.estimated ? ' (estimate)' : ''} discarded jobs: fix the handler, then \`rea jobs retry --discarded\``,
+    };
+  },
+};
+
+/**
+ * The registry the overview evaluates, in display order. To add an alert (webhooks' endpoint_disabled):
+ * put its facts on OverviewFacts (driver/operations.ts, filled by the driver's overviewFacts),
+ * its threshold on AlertThresholds (with a named default in core/options.ts), and its evaluator here.
+ */
+export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert];
+
+export function evaluateAlerts(
+  facts: OverviewFacts,
+  thresholds: AlertThresholds,
+  nowMs: number,
+  evaluators: readonly AlertEvaluator[] = alertEvaluators,
+): Alert[] {
+  const alerts: Alert[] = [];
+  for (const e of evaluators) {
+    const a = e.evaluate(facts, thresholds, nowMs);
+    if (a) alerts.push(a);
+  }
+  return alerts;
+}
+
+export function formatMs(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 120_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
+  if (ms < 7_200_000) return `${Math.round(ms / 60_000)} min`;
+  if (ms < 172_800_000) return `${(ms / 3_600_000).toFixed(1)} h`;
+  return `${(ms / 86_400_000).toFixed(1)} d`;
+}

@@ -1,0 +1,40 @@
+// rea events …: repair actions on events. `requeue` puts poisoned events back in front of the
+// relay (fan attempts reset) and says which ones it changed and which it left alone.
+import { Command } from 'commander';
+import { OptionsError } from '../core/errors.js';
+import { addConnectionFlags, type ConnectionFlags } from './settings.js';
+import { withAdminBus } from './admin-bus.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface RequeueOutcome {
+  requeued: string[];
+  /** Ids asked for that were not poisoned (or do not exist), so nothing changed for them. */
+  unchanged: string[];
+}
+
+export function eventsCommand(): Command {
+  const requeue = addConnectionFlags(new Command('requeue').description('requeue poisoned events (after fixing what made them fail)'))
+    .argument('[ids...]', 'event ids to requeue')
+    .option('--poisoned', 'requeue every poisoned event')
+    .option('--json', 'print { requeued, unchanged } as JSON')
+    .action(async (ids: string[], flags: ConnectionFlags & { poisoned?: boolean; json?: boolean }) => {
+      if (flags.poisoned === (ids.length > 0)) throw new OptionsError('events requeue', 'give event ids or --poisoned (one of the two)');
+      const bad = ids.find((id) => !UUID.test(id));
+      if (bad) throw new OptionsError('events requeue', `${bad} is not an event id (a UUID)`);
+      const requeued = await withAdminBus(flags, (bus) => bus.events.requeue(flags.poisoned ? { poisoned: true } : ids));
+      const outcome: RequeueOutcome = { requeued, unchanged: ids.filter((id) => !requeued.includes(id.toLowerCase())) };
+      console.log(flags.json ? JSON.stringify(outcome) : formatRequeue(outcome));
+    });
+  return new Command('events').description('repair events').addCommand(requeue);
+}
+
+export function formatRequeue(o: RequeueOutcome): string {
+  const lines = [`requeued ${o.requeued.length} event${o.requeued.length === 1 ? '' : 's'}${o.requeued.length ? ':' : ''}`];
+  for (const id of o.requeued) lines.push(`  ${id}`);
+  if (o.unchanged.length) {
+    lines.push(`left alone ${o.unchanged.length} (not poisoned, or no such event):`);
+    for (const id of o.unchanged) lines.push(`  ${id}`);
+  }
+  return lines.join('\n');
+}

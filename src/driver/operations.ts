@@ -1,0 +1,68 @@
+// The operations side of the Driver seam: storage bounds (retention deletes), the overview's
+// cheap counts and sizes, and the repair actions on jobs. Kept apart from the hot-path Executor.
+import type { JobState } from './types.js';
+
+/** What retention trims. 'app' is a table of the application's own (retention.register). */
+export type RetentionTarget =
+  | { kind: 'events'; olderThanMs: number; archive: boolean }
+  | { kind: 'events_archive'; olderThanMs: number }
+  | { kind: 'jobs'; state: 'completed' | 'discarded' | 'cancelled'; olderThanMs: number }
+  | { kind: 'consumes'; olderThanMs: number }
+  | { kind: 'app'; table: AppTableName; timeColumn: string; olderThanMs: number };
+
+/** An application table, already checked to be plain identifiers. */
+export interface AppTableName {
+  schema: string | null;
+  table: string;
+}
+
+/** A figure that is exact up to the overview's exact-count limit, then a planner estimate. */
+export interface CountFigure {
+  value: number;
+  estimated: boolean;
+}
+
+/** The raw facts the overview and the alert evaluators are computed from. */
+export interface OverviewFacts {
+  /** The database clock when read (the overview's "now" unless a clock is injected). */
+  readAt: Date;
+  backlog: CountFigure;
+  poisoned: CountFigure;
+  oldestUnfannedAt: Date | null;
+  /** created_at of the (backlogThreshold + 1)-th oldest unfanned event: when the count crossed the threshold. */
+  backlogCrossedAt: Date | null;
+  /** The earliest poisoned_at among rows still poisoned. */
+  poisonedSince: Date | null;
+  jobs: Record<JobState, CountFigure>;
+  /** The earliest finalized_at among discarded jobs still present. */
+  discardedSince: Date | null;
+  /** Every table in rea's schema with pg_total_relation_size (heap, indexes and TOAST), in bytes. */
+  tables: { name: string; totalBytes: number }[];
+}
+
+export interface HandlerScheduleRow {
+  name: string;
+  maxAttempts: number;
+  leaseMs: number;
+}
+
+export interface OperationsExecutor {
+  /** Delete (or, for archived events, move) at most `limit` rows older than the window; returns how many. */
+  retentionDelete(params: { target: RetentionTarget; limit: number; now: Date | null }): Promise<number>;
+  /** How many rows a pass would remove now (for --dry-run). */
+  retentionCount(params: { target: RetentionTarget; now: Date | null }): Promise<number>;
+  /** The type of an application table's time column, or null when the table or column is missing. */
+  appColumnType(params: { table: AppTableName; column: string }): Promise<string | null>;
+
+  /** Counts exact up to `exactLimit`, planner-estimated beyond; `backlogThreshold` places backlogCrossedAt. */
+  overviewFacts(params: { exactLimit: number; backlogThreshold: number }): Promise<OverviewFacts>;
+  /** Handlers every bus has registered (from the handlers table), for the consume-record window. */
+  handlerSchedules(): Promise<HandlerScheduleRow[]>;
+
+  /** Reschedule final, unsuccessful jobs now with a fresh allowance of attempts; returns the ids changed. */
+  jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]>;
+  /** Cancel waiting jobs (available, retryable); returns the ids changed. */
+  jobCancel(params: { ids: string[]; now: Date | null }): Promise<string[]>;
+  /** The states of the given jobs (to tell the caller why some were left alone). */
+  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; eventFound: boolean }[]>;
+}

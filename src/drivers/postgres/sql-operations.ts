@@ -1,0 +1,210 @@
+// The SQL of the operations executor (retention, overview facts, job repair) for PostgreSQL and
+// PGlite. `s` is the quoted schema. Time arrives as $1 and is read as coalesce($1, now()).
+
+/**
+ * The smallest UUIDv7 of the millisecond of `ts`: every id made before that millisecond sorts
+ * below it, so "older than the cutoff" becomes a primary-key range scan instead of a new index.
+ * Clamped at the epoch because to_hex of a negative number would not be 12 digits.
+ */
+function uuidFloor(ts: string): string {
+  return `(lpad(to_hex(greatest(0, floor(extract(epoch from ${ts}) * 1000))::bigint), 12, '0') || '70008000000000000000')::uuid`;
+}
+
+// $1 now, $2 window in ms. Every retention statement starts from these two.
+const cutoff = /* sql */ `
+with cutoff as (
+  select at, ${uuidFloor('at')} as id
+  from (select coalesce($1::timestamptz, now()) - $2::bigint * interval '1 millisecond' as at) t
+)`;
+
+const EVENT_COLUMNS = 'id, type, subject, payload, trace_id, created_by, version, created_at, fanned_out_at, fan_attempts, poisoned_at, last_error';
+
+export function postgresOperationsStatements(s: string) {
+  // Fanned, not poisoned, old by both id (the index) and created_at (the truth, should an app
+  // clock have been skewed), and no job of it still waiting or running: a job whose retries
+  // outlast the window must still find its event.
+  const eventVictims = (lock: boolean) => /* sql */ `
+  select e.id from ${s}.events e, cutoff
+  where e.id < cutoff.id and e.created_at < cutoff.at
+    and e.fanned_out_at is not null and e.poisoned_at is null
+    and not exists (
+      select 1 from ${s}.jobs j
+      where j.event_id = e.id and j.state in ('available', 'running', 'retryable'))
+  order by e.id
+  limit $3${lock ? '\n  for update of e skip locked' : ''}`;
+
+  const archiveVictims = (lock: boolean) => /* sql */ `
+  select a.id from ${s}.events_archive a, cutoff
+  where a.id < cutoff.id and a.archived_at < cutoff.at
+  order by a.id
+  limit $3${lock ? '\n  for update of a skip locked' : ''}`;
+
+  // jobs_finalized_idx is (state, finalized_at) where finalized_at is not null: a range scan.
+  const jobVictims = (lock: boolean) => /* sql */ `
+  select j.id from ${s}.jobs j
+  where j.state = $4 and j.finalized_at is not null and j.finalized_at < (select at from cutoff)
+  order by j.finalized_at
+  limit $3${lock ? '\n  for update of j skip locked' : ''}`;
+
+  // Consume records sort by event_id (UUIDv7), and a consume is never older than its event.
+  const consumeVictims = (lock: boolean) => /* sql */ `
+  select c.event_id, c.handler from ${s}.consumes c, cutoff
+  where c.event_id < cutoff.id and c.consumed_at < cutoff.at
+  order by c.event_id
+  limit $3${lock ? '\n  for update of c skip locked' : ''}`;
+
+  const count = (victims: string) => /* sql */ `${cutoff}, victims as (${victims})
+select count(*)::int as n from victims`;
+
+  const capped = (from: string, where: string) => /* sql */ `(select count(*) from (select 1 from ${from} where ${where} limit $1) x)::int`;
+
+  return {
+    retentionDeleteEvents: /* sql */ `${cutoff}, victims as (${eventVictims(true)}
+), gone as (
+  delete from ${s}.events e using victims v where e.id = v.id returning e.id
+)
+select count(*)::int as n from gone`,
+
+    retentionArchiveEvents: /* sql */ `${cutoff}, victims as (${eventVictims(true)}
+), gone as (
+  delete from ${s}.events e using victims v where e.id = v.id returning e.*
+), moved as (
+  insert into ${s}.events_archive (${EVENT_COLUMNS}, archived_at)
+  select ${EVENT_COLUMNS}, coalesce($1::timestamptz, now()) from gone
+  on conflict (id) do nothing
+  returning 1
+)
+select count(*)::int as n from gone`,
+
+    retentionCountEvents: count(eventVictims(false)),
+
+    retentionDeleteArchive: /* sql */ `${cutoff}, victims as (${archiveVictims(true)}
+), gone as (
+  delete from ${s}.events_archive a using victims v where a.id = v.id returning 1
+)
+select count(*)::int as n from gone`,
+
+    retentionCountArchive: count(archiveVictims(false)),
+
+    retentionDeleteJobs: /* sql */ `${cutoff}, victims as (${jobVictims(true)}
+), gone as (
+  delete from ${s}.jobs j using victims v where j.id = v.id returning 1
+)
+select count(*)::int as n from gone`,
+
+    retentionCountJobs: count(jobVictims(false)),
+
+    retentionDeleteConsumes: /* sql */ `${cutoff}, victims as (${consumeVictims(true)}
+), gone as (
+  delete from ${s}.consumes c using victims v where c.event_id = v.event_id and c.handler = v.handler returning 1
+)
+select count(*)::int as n from gone`,
+
+    retentionCountConsumes: count(consumeVictims(false)),
+
+    /** `t` and `c` are quoted, validated identifiers. ctid needs no primary key; `= any(array)` is a TID scan. */
+    retentionDeleteApp: (t: string, c: string) => /* sql */ `${cutoff}, victims as (
+  select ctid from ${t} where ${c} < (select at from cutoff) limit $3 for update skip locked
+), gone as (
+  delete from ${t} where ctid = any(array(select ctid from victims)) returning 1
+)
+select count(*)::int as n from gone`,
+
+    retentionCountApp: (t: string, c: string) => count(`select 1 from ${t} where ${c} < (select at from cutoff) limit $3`),
+
+    appColumnType: /* sql */ `
+select format_type(a.atttypid, a.atttypmod) as type
+from pg_attribute a
+where a.attrelid = to_regclass($1) and a.attname = $2 and a.attnum > 0 and not a.attisdropped`,
+
+    // Every figure reads a partial index of live rows, or jobs_finalized_idx for final states,
+    // and stops counting at $1 (the exact limit + 1); the executor estimates beyond that.
+    overviewFacts: /* sql */ `
+select
+  now() as read_at,
+  ${capped(`${s}.events`, 'fanned_out_at is null and poisoned_at is null')} as backlog,
+  ${capped(`${s}.events`, 'poisoned_at is not null')} as poisoned,
+  (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
+     order by id limit 1) as oldest_unfanned_at,
+  (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
+     order by id offset $2 limit 1) as backlog_crossed_at,
+  (select min(poisoned_at) from ${s}.events where poisoned_at is not null) as poisoned_since,
+  ${capped(`${s}.jobs`, `state = 'available'`)} as available,
+  ${capped(`${s}.jobs`, `state = 'retryable'`)} as retryable,
+  ${capped(`${s}.jobs`, `state = 'running'`)} as running,
+  ${capped(`${s}.jobs`, `state = 'completed' and finalized_at is not null`)} as completed,
+  ${capped(`${s}.jobs`, `state = 'discarded' and finalized_at is not null`)} as discarded,
+  ${capped(`${s}.jobs`, `state = 'cancelled' and finalized_at is not null`)} as cancelled,
+  (select min(finalized_at) from ${s}.jobs where state = 'discarded' and finalized_at is not null) as discarded_since`,
+
+    /** The planner's row estimate for one figure, used once the exact count passed the limit. */
+    estimate: {
+      backlog: `explain (format json) select 1 from ${s}.events where fanned_out_at is null and poisoned_at is null`,
+      poisoned: `explain (format json) select 1 from ${s}.events where poisoned_at is not null`,
+      available: `explain (format json) select 1 from ${s}.jobs where state = 'available'`,
+      retryable: `explain (format json) select 1 from ${s}.jobs where state = 'retryable'`,
+      running: `explain (format json) select 1 from ${s}.jobs where state = 'running'`,
+      completed: `explain (format json) select 1 from ${s}.jobs where state = 'completed' and finalized_at is not null`,
+      discarded: `explain (format json) select 1 from ${s}.jobs where state = 'discarded' and finalized_at is not null`,
+      cancelled: `explain (format json) select 1 from ${s}.jobs where state = 'cancelled' and finalized_at is not null`,
+    } as Record<string, string>,
+
+    // Every table of the schema, so tables added by later migrations (webhooks) show up unasked.
+    tableSizes: /* sql */ `
+select c.relname as name, pg_total_relation_size(c.oid)::float8 as total_bytes
+from pg_class c join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = $1 and c.relkind in ('r', 'p')
+order by c.relname`,
+
+    handlerSchedules: /* sql */ `select name, max_attempts, lease_ms from ${s}.handlers order by name`,
+
+    // A retried job keeps its attempt counter (so a late completion from a long-dead attempt can
+    // never match the new one) and gets the handler's current allowance on top of it. Jobs whose
+    // event retention already removed are left alone: they could only fail again.
+    jobRetryByIds: /* sql */ `
+with picked as (
+  select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
+  from ${s}.jobs j
+  left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
+  where j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')
+    and exists (select 1 from ${s}.events e where e.id = j.event_id)
+  for update of j skip locked
+)
+update ${s}.jobs j
+set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
+    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
+from picked
+where j.id = picked.id
+returning j.id::text as id`,
+
+    jobRetryByState: /* sql */ `
+with picked as (
+  select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
+  from ${s}.jobs j
+  left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
+  where j.state = $1 and j.finalized_at is not null and ($3::text is null or j.target = $3)
+    and exists (select 1 from ${s}.events e where e.id = j.event_id)
+  for update of j skip locked
+)
+update ${s}.jobs j
+set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
+    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
+from picked
+where j.id = picked.id
+returning j.id::text as id`,
+
+    // Only waiting jobs: a running job's handler may already have made its effect, so calling it
+    // cancelled would be a lie. The claim locks the row first, so the two never both win.
+    jobCancel: /* sql */ `
+update ${s}.jobs
+set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_expires_at = null
+where id = any($1::bigint[]) and state in ('available', 'retryable')
+returning id::text as id`,
+
+    jobStates: /* sql */ `
+select j.id::text as id, j.state, exists (select 1 from ${s}.events e where e.id = j.event_id) as event_found
+from ${s}.jobs j where j.id = any($1::bigint[]) order by j.id`,
+  };
+}
+
+export type PostgresOperationsStatements = ReturnType<typeof postgresOperationsStatements>;

@@ -1,0 +1,84 @@
+// Alert evaluation as a pure function of facts, thresholds and an injected "now": each threshold
+// at and past its edge, -1 turning an alert off, how "since" is derived, and the registry.
+import { describe, expect, it } from 'vitest';
+import { evaluateAlerts, alertEvaluators, type AlertEvaluator, type AlertThresholds } from '../src/admin/alerts.js';
+import { DEFAULTS } from '../src/core/options.js';
+import type { OverviewFacts } from '../src/driver/operations.js';
+import { JOB_STATES, type JobState } from '../src/driver/types.js';
+
+const NOW = Date.parse('2026-03-01T12:00:00Z');
+const at = (msAgo: number) => new Date(NOW - msAgo);
+const thresholds: AlertThresholds = { ...DEFAULTS.alerts };
+
+function facts(over: Partial<OverviewFacts> = {}, jobs: Partial<Record<JobState, number>> = {}): OverviewFacts {
+  return {
+    readAt: new Date(NOW),
+    backlog: { value: 0, estimated: false },
+    poisoned: { value: 0, estimated: false },
+    oldestUnfannedAt: null,
+    backlogCrossedAt: null,
+    poisonedSince: null,
+    jobs: Object.fromEntries(JOB_STATES.map((s) => [s, { value: jobs[s] ?? 0, estimated: false }])) as OverviewFacts['jobs'],
+    discardedSince: null,
+    tables: [],
+    ...over,
+  };
+}
+
+const names = (f: OverviewFacts, t = thresholds) => evaluateAlerts(f, t, NOW).map((a) => a.name);
+
+describe('alerts', () => {
+  it('all quiet: no alerts', () => {
+    expect(evaluateAlerts(facts(), thresholds, NOW)).toEqual([]);
+  });
+
+  it('events_backlog by count: 1,000 unfanned is fine, 1,001 fires, since the 1,001st oldest arrived', () => {
+    const oldest = at(60_000);
+    expect(names(facts({ backlog: { value: 1000, estimated: false }, oldestUnfannedAt: oldest }))).toEqual([]);
+    const [a] = evaluateAlerts(facts({ backlog: { value: 1001, estimated: false }, oldestUnfannedAt: oldest, backlogCrossedAt: at(5_000) }), thresholds, NOW);
+    expect(a).toMatchObject({ name: 'events_backlog', figure: 1001, threshold: 1000, unit: 'events', since: at(5_000), estimated: false });
+    expect(a!.message).toContain('1001 unfanned events (threshold 1000)');
+  });
+
+  it('events_backlog by age: exactly 5 min is fine, older fires, since oldest + 5 min', () => {
+    expect(names(facts({ backlog: { value: 1, estimated: false }, oldestUnfannedAt: at(300_000) }))).toEqual([]);
+    const [a] = evaluateAlerts(facts({ backlog: { value: 1, estimated: false }, oldestUnfannedAt: at(420_000) }), thresholds, NOW);
+    expect(a).toMatchObject({ name: 'events_backlog', figure: 420_000, threshold: 300_000, unit: 'ms', since: at(120_000) });
+    expect(a!.message).toContain('oldest 7 min (threshold 5 min)');
+  });
+
+  it('events_backlog with both conditions takes the earlier since and reports the count', () => {
+    const [a] = evaluateAlerts(facts({ backlog: { value: 5000, estimated: true }, oldestUnfannedAt: at(3_600_000), backlogCrossedAt: at(600_000) }), thresholds, NOW);
+    expect(a).toMatchObject({ figure: 5000, unit: 'events', since: at(3_300_000), estimated: true });
+    expect(a!.message).toContain('(estimate)');
+  });
+
+  it('events_poisoned on any poisoned row, since the oldest still poisoned; clears at zero', () => {
+    const [a] = evaluateAlerts(facts({ poisoned: { value: 2, estimated: false }, poisonedSince: at(90_000) }), thresholds, NOW);
+    expect(a).toMatchObject({ name: 'events_poisoned', figure: 2, threshold: 0, since: at(90_000) });
+    expect(a!.message).toContain('rea events requeue --poisoned');
+    expect(names(facts({ poisoned: { value: 0, estimated: false } }))).toEqual([]);
+  });
+
+  it('jobs_discarded on any discarded job, since the oldest discard still kept', () => {
+    const [a] = evaluateAlerts(facts({ discardedSince: at(10_000) }, { discarded: 3 }), thresholds, NOW);
+    expect(a).toMatchObject({ name: 'jobs_discarded', figure: 3, threshold: 0, unit: 'jobs', since: at(10_000) });
+    expect(names(facts({}, { completed: 10_000, cancelled: 4 }))).toEqual([]);
+  });
+
+  it('thresholds are configurable and -1 turns an alert off', () => {
+    const f = facts({ backlog: { value: 50, estimated: false }, oldestUnfannedAt: at(3_600_000), poisoned: { value: 1, estimated: false } }, { discarded: 5 });
+    expect(names(f)).toEqual(['events_backlog', 'events_poisoned', 'jobs_discarded']);
+    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10 })).toEqual(['events_backlog']);
+    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5 })).toEqual([]);
+  });
+
+  it('the registry is extensible: an extra evaluator is evaluated in order after the built-ins', () => {
+    const extra: AlertEvaluator = {
+      name: 'endpoint_disabled',
+      evaluate: () => ({ name: 'endpoint_disabled', figure: 1, threshold: 0, unit: 'endpoints', since: at(1), estimated: false, message: '1 endpoint disabled' }),
+    };
+    const alerts = evaluateAlerts(facts({ poisoned: { value: 1, estimated: false } }), thresholds, NOW, [...alertEvaluators, extra]);
+    expect(alerts.map((a) => a.name)).toEqual(['events_poisoned', 'endpoint_disabled']);
+  });
+});

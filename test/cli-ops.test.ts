@@ -1,0 +1,133 @@
+// The operations commands through main(), as `rea` runs them: status (alerts first, --json,
+// --check), retention run (--dry-run), events requeue, jobs retry and jobs cancel, each saying
+// what it changed. PostgreSQL by URL, and status once on a PGlite data directory.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { z } from 'zod';
+import { main } from '../src/cli/main.js';
+import { createBus, defineEvents } from '../src/index.js';
+import { PG_URL, postgresTarget, testBus } from './helpers/db.js';
+
+const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
+const quiet = { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } } as const;
+
+async function rea(...args: string[]): Promise<{ out: string; code: number }> {
+  const lines: string[] = [];
+  const spy = vi.spyOn(console, 'log').mockImplementation((...m: unknown[]) => {
+    lines.push(m.join(' '));
+  });
+  const before = process.exitCode;
+  process.exitCode = undefined;
+  try {
+    await main(['node', 'rea', ...args]);
+    return { out: lines.join('\n'), code: Number(process.exitCode ?? 0) };
+  } finally {
+    spy.mockRestore();
+    process.exitCode = before;
+  }
+}
+
+afterEach(() => vi.restoreAllMocks());
+
+describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
+  const target = postgresTarget;
+
+  it('status prints alerts first for people, JSON for scripts, and --check exits 1 while an alert holds', async () => {
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    const [id] = await bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 1 } }]));
+    await target.query(`update "${s}".events set poisoned_at = now(), fan_attempts = 5 where id = $1`, [id]);
+
+    const { out, code } = await rea('status', '--database-url', PG_URL, '--schema', s, '--check');
+    const lines = out.split('\n');
+    expect(lines[0]).toBe('alerts   1');
+    expect(lines[1]).toMatch(/^ {2}! events_poisoned: 1 poisoned events: fix the cause, then `rea events requeue --poisoned` \(since .+ ago\)$/);
+    expect(out).toMatch(/events {3}backlog 0 unfanned · oldest - · poisoned 1/);
+    expect(out).toMatch(/tables {3}.*events \d+(\.\d)? kB/);
+    expect(code).toBe(1);
+
+    const json = JSON.parse((await rea('status', '--database-url', PG_URL, '--schema', s, '--json')).out);
+    expect(json).toMatchObject({ backlog: 0, poisoned: 1, discarded: 0, estimated: [], alerts: [{ name: 'events_poisoned', figure: 1, threshold: 0 }] });
+
+    const requeue = await rea('events', 'requeue', '--database-url', PG_URL, '--schema', s, '--poisoned');
+    expect(requeue.out).toBe(`requeued 1 event:\n  ${id}`);
+    const clear = await rea('status', '--database-url', PG_URL, '--schema', s, '--check');
+    expect(clear.out.split('\n')[0]).toBe('alerts   none');
+    expect(clear.code).toBe(0);
+    const again = await rea('events', 'requeue', '--database-url', PG_URL, '--schema', s, id!);
+    expect(again.out).toBe(`requeued 0 events\nleft alone 1 (not poisoned, or no such event):\n  ${id}`);
+  });
+
+  it('retention run --dry-run says what it would remove and removes nothing; run removes it', async () => {
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    const [eventId] = await bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 1 } }]));
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, finalized_at)
+       values ($1, 'handler', 'h', 5, 1000, 'completed', now() - interval '2 days'),
+              ($1, 'handler', 'h', 5, 1000, 'completed', now() - interval '2 days'),
+              ($1, 'handler', 'h', 5, 1000, 'discarded', now() - interval '2 days')`, [eventId]);
+    const dry = await rea('retention', 'run', '--database-url', PG_URL, '--schema', s, '--dry-run');
+    expect(dry.out).toContain('retention dry run: nothing was deleted');
+    expect(dry.out).toMatch(/jobs\.completed +older than 24\.0 h +would remove 2 rows/);
+    expect(dry.out).toMatch(/jobs\.discarded +older than 7\.0 d +would remove 0 rows/);
+    expect(dry.out).toMatch(/total: would remove 2 rows$/);
+    expect((await target.query(`select count(*)::int as n from "${s}".jobs`))[0].n).toBe(3);
+
+    const real = await rea('retention', 'run', '--database-url', PG_URL, '--schema', s, '--json');
+    const report = JSON.parse(real.out);
+    expect(report).toMatchObject({ dryRun: false, removed: 2 });
+    expect(report.rules.find((r: any) => r.rule === 'jobs.completed')).toMatchObject({ removed: 2, batches: 1 });
+    expect((await target.query(`select state from "${s}".jobs`)).map((r: any) => r.state)).toEqual(['discarded']);
+  });
+
+  it('jobs retry and jobs cancel confirm what changed and say why the rest did not', async () => {
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    const [eventId] = await bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 1 } }]));
+    const jobs = await target.query<{ id: string }>(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at, lease_expires_at)
+       values ($1, 'handler', 'h', 5, 1000, 'discarded', 5, now(), null),
+              ($1, 'handler', 'h', 5, 1000, 'completed', 1, now(), null),
+              ($1, 'handler', 'h', 5, 1000, 'available', 0, null, null),
+              ($1, 'handler', 'h', 5, 1000, 'running', 1, null, now() + interval '1 hour')
+       returning id::text as id`, [eventId]);
+    const [discarded, completed, available, running] = jobs.map((j) => j.id);
+
+    const retry = await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, discarded!, completed!, '999999');
+    expect(retry.out).toBe([
+      `retried 1 job: ${discarded}`,
+      `  left alone ${completed}: completed: only discarded or cancelled jobs are retried`,
+      '  left alone 999999: no such job',
+    ].join('\n'));
+
+    const cancel = await rea('jobs', 'cancel', '--database-url', PG_URL, '--schema', s, available!, running!, discarded!);
+    expect(cancel.out).toBe([
+      `cancelled 2 jobs: ${discarded}, ${available}`,
+      `  left alone ${running}: running: its handler may already have acted; let it finish`,
+    ].join('\n'));
+
+    const byState = JSON.parse((await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, '--cancelled', '--json')).out);
+    expect(byState).toEqual({ action: 'retried', changed: [discarded, available], unchanged: [] });
+
+    const bad = vi.spyOn(console, 'error').mockImplementation(() => {});
+    await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s);
+    expect(bad.mock.calls.flat().join(' ')).toMatch(/give job ids, or one of --discarded/);
+  });
+});
+
+describe('operations CLI on a PGlite data directory', () => {
+  it('status reads the same overview from an embedded database', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rea-cli-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const bus = createBus({ database: { pglite: dir }, events, ...quiet });
+    await bus.migrate();
+    await bus.transaction((tx) => bus.recordMany(tx, Array.from({ length: 3 }, (_, n) => ({ type: 'note.saved' as const, payload: { n } }))));
+    await bus.stop();
+    const json = JSON.parse((await rea('status', '--pglite', dir, '--json')).out);
+    expect(json).toMatchObject({ backlog: 3, poisoned: 0, alerts: [] });
+    expect(json.tables.map((t: any) => t.name)).toContain('events_archive');
+  }, 60_000);
+});

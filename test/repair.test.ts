@@ -1,0 +1,117 @@
+// Repair actions round-trip through the real relay and worker: requeue poisoned events (fan
+// attempts reset), retry discarded jobs (attempts extended), and cancel waiting jobs only.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineEvents, OptionsError, permanent } from '../src/index.js';
+import { quickBackoff, targets, testBus } from './helpers/db.js';
+
+const events = defineEvents({
+  'order.created': z.object({ orderNo: z.string() }),
+  'order.paid': z.object({ orderNo: z.string() }),
+});
+
+describe.each(targets)('repair on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('events.requeue(ids) resets fan attempts of poisoned rows only, and the relay then fans them', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const [bad, fine] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'P' }),
+      await bus.record(tx, 'order.created', { orderNo: 'F' }),
+    ]);
+    await target.query(`update "${s}".events set poisoned_at = now(), fan_attempts = 5, last_error = 'boom' where id = $1`, [bad]);
+    expect(await bus.events.requeue([bad!, fine!])).toEqual([bad]);
+    expect(await bus.events.get(bad!)).toMatchObject({ poisonedAt: null, fanAttempts: 0, lastError: null, fannedOutAt: null });
+    await bus.relayOnce();
+    expect((await bus.events.get(bad!))!.fannedOutAt).toBeInstanceOf(Date);
+    expect(await bus.events.requeue({ poisoned: true })).toEqual([]);
+  });
+
+  test('jobs.retry({ state: "discarded" }) runs a discarded job again with its attempts extended', async () => {
+    const bus = await testBus(target, events);
+    let fixed = false;
+    const seen: { attempt: number; max: number }[] = [];
+    bus.on('order.created', 'erp', (_e, ctx) => {
+      seen.push({ attempt: ctx.attempt, max: ctx.maxAttempts });
+      if (!fixed) throw permanent(new Error('ERP rejects the order'));
+    }, { maxAttempts: 3, backoff: quickBackoff });
+    bus.on('order.paid', 'other', () => {
+      throw permanent(new Error('other is broken too'));
+    });
+    await bus.start();
+    const discarded = Promise.all([
+      bus.lifecycle.waitFor('job:discarded', (j) => j.handler === 'erp'),
+      bus.lifecycle.waitFor('job:discarded', (j) => j.handler === 'other'),
+    ]);
+    const [id] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'R' }),
+      await bus.record(tx, 'order.paid', { orderNo: 'R' }),
+    ]);
+    const [erpJob] = await discarded;
+    expect((await bus.overview()).discarded).toBe(2);
+
+    fixed = true;
+    const completed = bus.lifecycle.waitFor('job:completed', (j) => j.handler === 'erp');
+    // Only the named handler's discarded job.
+    expect(await bus.jobs.retry({ state: 'discarded', handler: 'erp' })).toEqual([erpJob.jobId]);
+    expect((await completed).attempt).toBe(2);
+    expect(seen).toEqual([{ attempt: 1, max: 3 }, { attempt: 2, max: 4 }]);
+    const [job] = await bus.jobs.forEvent(id!);
+    expect(job).toMatchObject({ state: 'completed', attempt: 2, maxAttempts: 4 });
+    expect(job!.errors.map((e) => e.message)).toEqual(['ERP rejects the order']);
+    // A completed job is never retried (that would repeat its effect).
+    expect(await bus.jobs.retry([erpJob.jobId])).toEqual([]);
+    expect((await bus.overview()).discarded).toBe(1);
+  });
+
+  test('jobs.retry(ids) leaves alone jobs whose event retention removed; bad input names the field', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'X' })]);
+    const [kept, orphan] = await target.query<{ id: string }>(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       values ($1, 'handler', 'h', 2, 1000, 'discarded', 2, now()), ('00000000-0000-7000-8000-000000000000', 'handler', 'h', 2, 1000, 'cancelled', 1, now())
+       returning id::text as id`, [eventId]);
+    expect(await bus.jobs.retry([kept!.id, orphan!.id])).toEqual([kept!.id]);
+    expect(await bus.driver.operations.jobStates({ ids: [kept!.id, orphan!.id] })).toEqual([
+      { id: kept!.id, state: 'available', eventFound: true },
+      { id: orphan!.id, state: 'cancelled', eventFound: false },
+    ]);
+    // No handlers row for 'h': the job's own allowance is added to its attempts.
+    const [row] = await bus.jobs.forEvent(eventId!);
+    expect(row).toMatchObject({ attempt: 2, maxAttempts: 4, finalizedAt: null });
+    await expect(bus.jobs.retry(['1; drop table x'])).rejects.toThrow(OptionsError);
+    await expect(bus.jobs.retry({ state: 'completed' } as never)).rejects.toThrow(/jobs\.retry/);
+  });
+
+  test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {
+    const bus = await testBus(target, events, { retention: { enabled: false } });
+    const s = bus.schema;
+    const ran: string[] = [];
+    bus.on('order.created', 'ship', (e) => {
+      ran.push(e.payload.orderNo);
+    });
+    await bus.driver.executor.handlerUpsertMany([{ name: 'ship', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 }]);
+    const [a, b] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'A' }),
+      await bus.record(tx, 'order.created', { orderNo: 'B' }),
+    ]);
+    await bus.relayOnce();
+    const [jobA] = await bus.jobs.forEvent(a!);
+    const [jobB] = await bus.jobs.forEvent(b!);
+    const [running, done] = await target.query<{ id: string }>(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, lease_expires_at, finalized_at)
+       values ($1, 'handler', 'elsewhere', 5, 1000, 'running', now() + interval '1 hour', null), ($1, 'handler', 'elsewhere', 5, 1000, 'completed', null, now())
+       returning id::text as id`, [a]);
+    expect(await bus.jobs.cancel([jobA!.id, running!.id, done!.id])).toEqual([jobA!.id]);
+    expect((await bus.jobs.forEvent(a!)).find((j) => j.id === jobA!.id)).toMatchObject({ state: 'cancelled', finalizedAt: expect.any(Date) });
+    expect((await bus.driver.operations.jobStates({ ids: [running!.id] }))[0]!.state).toBe('running');
+
+    const shipped = bus.lifecycle.waitFor('job:completed', (j) => j.jobId === jobB!.id);
+    await bus.start();
+    await shipped;
+    expect(ran).toEqual(['B']);
+    expect((await bus.overview()).jobs.cancelled).toBe(1);
+  });
+});

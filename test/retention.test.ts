@@ -1,0 +1,260 @@
+// Retention with an injected clock: every rule's window, the rows it must never touch (unfanned,
+// poisoned, events whose jobs still wait), archive mode, bounded batches, -1 = keep, registered
+// application tables, dry runs, the consume-record window, and the leader running it on its own.
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { z } from 'zod';
+import { defineEvents, exponentialBackoff, ManualClock, OptionsError } from '../src/index.js';
+import { backoffUpperBound } from '../src/core/backoff.js';
+import { consumeRetentionMs, handlerScheduleMs, parseDuration } from '../src/maintenance/retention.js';
+import { targets, testBus, type Target } from './helpers/db.js';
+
+const events = defineEvents({
+  'note.saved': z.object({ n: z.number() }),
+  'order.created': z.object({ n: z.number() }),
+});
+
+const HOUR = 3600_000;
+const DAY = 24 * HOUR;
+// Rules run only when asked in these tests; the leader never starts.
+const quiet = { relay: { enabled: false }, worker: { enabled: false } } as const;
+
+async function record(bus: { transaction: any; recordMany: any }, n: number, type: 'note.saved' | 'order.created' = 'note.saved'): Promise<string[]> {
+  return bus.transaction((tx: unknown) => bus.recordMany(tx, Array.from({ length: n }, (_, i) => ({ type, payload: { n: i } }))));
+}
+
+async function ids(target: Target, schema: string, table = 'events'): Promise<string[]> {
+  return (await target.query<{ id: string }>(`select id::text as id from "${schema}".${table} order by id`)).map((r) => r.id);
+}
+
+describe('retention windows (pure)', () => {
+  it('a handler schedule is every lease plus every backoff upper bound; consumes keep 2 × schedule + the longer retry window', () => {
+    const backoff = exponentialBackoff({ baseMs: 1000, factor: 2, jitterMs: 500 });
+    expect(backoffUpperBound(backoff, 3)).toBe(4000 + 500);
+    // 3 attempts: 3 leases of 10 s, backoffs after attempts 1 and 2: (1 s + 0.5) + (2 s + 0.5).
+    expect(handlerScheduleMs({ maxAttempts: 3, leaseMs: 10_000, backoff })).toBe(30_000 + 1500 + 2500);
+    expect(consumeRetentionMs({ scheduleMs: 60_000, discardedMs: 7 * DAY, cancelledMs: DAY })).toBe(120_000 + 7 * DAY);
+    expect(consumeRetentionMs({ scheduleMs: 60_000, discardedMs: -1, cancelledMs: DAY })).toBe(-1);
+    // A custom function without a known bound: sampled, then doubled.
+    expect(backoffUpperBound(() => 100, 1)).toBe(200);
+  });
+
+  it('durations: ms or 90s / 15m / 24h / 7d, -1 for keep; anything else names the field', () => {
+    expect(parseDuration('90s', 'f')).toBe(90_000);
+    expect(parseDuration('24h', 'f')).toBe(DAY);
+    expect(parseDuration('7d', 'f')).toBe(7 * DAY);
+    expect(parseDuration(-1, 'f')).toBe(-1);
+    expect(() => parseDuration('soon', 'retention.register(x).olderThan')).toThrow(/retention\.register\(x\)\.olderThan/);
+    expect(() => parseDuration(0, 'f')).toThrow(OptionsError);
+  });
+});
+
+describe.each(targets)('retention on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('events: fanned rows go after 7 days; unfanned, poisoned and still-awaited rows stay however old', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet });
+    const s = bus.schema;
+    const fanned = await record(bus, 3);
+    await bus.relayOnce();
+    const unfanned = await record(bus, 2);
+    const [poisoned] = await record(bus, 1);
+    await target.query(`update "${s}".events set poisoned_at = now(), fan_attempts = 5 where id = $1`, [poisoned]);
+    // A fanned event whose job is still waiting (a long retry schedule) must keep its event.
+    const [awaited] = await record(bus, 1, 'order.created');
+    await target.query(`update "${s}".events set fanned_out_at = now() where id = $1`, [awaited]);
+    await target.query(`insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state) values ($1, 'handler', 'slow', 5, 1000, 'retryable')`, [awaited]);
+
+    clock.advance(6 * DAY);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'events')).toMatchObject({ removed: 0, olderThanMs: 7 * DAY });
+
+    clock.advance(2 * DAY);
+    const report = await bus.retention.run();
+    expect(report.rules.find((r) => r.rule === 'events')).toMatchObject({ removed: 3, batches: 1, archived: false });
+    const left = await ids(target, s);
+    expect(left.sort()).toEqual([...unfanned, poisoned, awaited].sort());
+
+    // A year later the backlog is still there: it is never retention's to delete.
+    clock.advance(365 * DAY);
+    await bus.retention.run();
+    expect((await ids(target, s)).sort()).toEqual([...unfanned, poisoned, awaited].sort());
+    expect(fanned.every((id) => !left.includes(id))).toBe(true);
+  });
+
+  test('archive mode moves fanned events to events_archive, whose own window then deletes them', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet, retention: { events: { archive: true, archiveOlderThanMs: 30 * DAY } } });
+    const s = bus.schema;
+    const moved = await record(bus, 4);
+    await bus.relayOnce();
+    clock.advance(8 * DAY);
+    const report = await bus.retention.run();
+    expect(report.rules.find((r) => r.rule === 'events')).toMatchObject({ removed: 4, archived: true });
+    expect(await ids(target, s)).toEqual([]);
+    expect(await ids(target, s, 'events_archive')).toEqual(moved);
+    const [row] = await target.query(`select type, payload, fanned_out_at is not null as fanned, archived_at from "${s}".events_archive order by id limit 1`);
+    expect(row).toMatchObject({ type: 'note.saved', payload: { n: 0 }, fanned: true });
+    expect(new Date(row.archived_at).getTime()).toBe(clock.now().getTime());
+
+    clock.advance(29 * DAY);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'events_archive')!.removed).toBe(0);
+    clock.advance(2 * DAY);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'events_archive')!.removed).toBe(4);
+    expect(await ids(target, s, 'events_archive')).toEqual([]);
+  });
+
+  test('jobs: completed after 24 h, discarded and cancelled after 7 days, waiting and running never', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet });
+    const s = bus.schema;
+    const [eventId] = await record(bus, 1);
+    const states = ['available', 'retryable', 'running', 'completed', 'completed', 'discarded', 'cancelled'];
+    for (const state of states) {
+      await target.query(
+        `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, finalized_at)
+         values ($1, 'handler', 'h', 5, 1000, $2, case when $2 in ('completed', 'discarded', 'cancelled') then $3::timestamptz end)`,
+        [eventId, state, clock.now()]);
+    }
+    const left = async () => (await target.query<{ state: string }>(`select state from "${s}".jobs order by id`)).map((r) => r.state);
+
+    clock.advance(23 * HOUR);
+    await bus.retention.run();
+    expect(await left()).toEqual(states);
+
+    clock.advance(2 * HOUR);
+    const r = await bus.retention.run();
+    expect(r.rules.find((x) => x.rule === 'jobs.completed')!.removed).toBe(2);
+    expect(await left()).toEqual(['available', 'retryable', 'running', 'discarded', 'cancelled']);
+
+    clock.advance(7 * DAY);
+    const r2 = await bus.retention.run();
+    expect(r2.rules.filter((x) => x.rule.startsWith('jobs.')).map((x) => [x.rule, x.removed])).toEqual([
+      ['jobs.completed', 0], ['jobs.discarded', 1], ['jobs.cancelled', 1],
+    ]);
+    expect(await left()).toEqual(['available', 'retryable', 'running']);
+  });
+
+  test('deletes run in bounded batches (observed through retention:batch), and -1 keeps forever', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet, retention: { batchSize: 10, pauseMs: 0, jobs: { completedMs: -1 } } });
+    const s = bus.schema;
+    const [eventId] = await record(bus, 25);
+    await bus.relayOnce();
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, finalized_at)
+       select $1, 'handler', 'h', 5, 1000, 'completed', $2::timestamptz from generate_series(1, 12)`, [eventId, clock.now()]);
+    const batches: { rule: string; removed: number; batch: number }[] = [];
+    bus.lifecycle.on('retention:batch', (b) => batches.push(b));
+
+    clock.advance(400 * DAY);
+    const report = await bus.retention.run();
+    expect(batches.filter((b) => b.rule === 'events').map((b) => b.removed)).toEqual([10, 10, 5]);
+    expect(report.rules.find((r) => r.rule === 'events')).toMatchObject({ removed: 25, batches: 3 });
+    // completedMs: -1: kept, and no statement ran for it.
+    expect(report.rules.find((r) => r.rule === 'jobs.completed')).toMatchObject({ olderThanMs: -1, removed: 0, batches: 0 });
+    expect(batches.some((b) => b.rule === 'jobs.completed')).toBe(false);
+    expect((await target.query(`select count(*)::int as n from "${s}".jobs`))[0].n).toBe(12);
+  });
+
+  test('a dry run reports what each rule would remove and deletes nothing', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet });
+    const s = bus.schema;
+    const [eventId] = await record(bus, 5);
+    await bus.relayOnce();
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, finalized_at)
+       values ($1, 'handler', 'h', 5, 1000, 'completed', $2), ($1, 'handler', 'h', 5, 1000, 'discarded', $2)`, [eventId, clock.now()]);
+    clock.advance(8 * DAY);
+    const dry = await bus.retention.run({ dryRun: true });
+    expect(dry.dryRun).toBe(true);
+    expect(Object.fromEntries(dry.rules.map((r) => [r.rule, r.removed]))).toMatchObject({ events: 5, 'jobs.completed': 1, 'jobs.discarded': 1 });
+    expect(dry.removed).toBe(dry.rules.reduce((n, r) => n + r.removed, 0));
+    expect((await target.query(`select count(*)::int as n from "${s}".jobs`))[0].n).toBe(2);
+    expect((await ids(target, s)).length).toBe(5);
+    const real = await bus.retention.run();
+    expect(real.rules.map((r) => [r.rule, r.removed])).toEqual(dry.rules.map((r) => [r.rule, r.removed]));
+  });
+
+  test('consume records: the auto window is 2 × the longest handler schedule + the discarded window', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet });
+    const s = bus.schema;
+    const backoff = exponentialBackoff({ baseMs: 60_000, factor: 1, jitterMs: 0 });
+    bus.on('note.saved', 'indexer', () => {}, { maxAttempts: 3, timeoutMs: 10_000, backoff });
+    bus.on('note.saved', 'quick', () => {}, { maxAttempts: 1, timeoutMs: 1000 });
+    // A handler only another process registered: known by its row, assumed to use the default backoff.
+    await bus.driver.executor.handlerUpsertMany([{ name: 'remote', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 1, leaseMs: 1000, priority: 0 }]);
+    const eventIds = await record(bus, 3);
+    for (const id of eventIds) await target.query(`insert into "${s}".consumes (event_id, handler) values ($1, 'indexer')`, [id]);
+
+    // indexer: 3 leases of (10 s + 5 s margin) + 2 backoffs of 60 s = 165 s.
+    const schedule = 3 * 15_000 + 2 * 60_000;
+    const windowMs = 2 * schedule + 7 * DAY;
+    clock.advance(windowMs - 60_000);
+    const before = await bus.retention.run();
+    expect(before.rules.find((r) => r.rule === 'consumes')).toMatchObject({ olderThanMs: windowMs, removed: 0 });
+    clock.advance(120_000);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'consumes')!.removed).toBe(3);
+    expect((await target.query(`select count(*)::int as n from "${s}".consumes`))[0].n).toBe(0);
+  });
+
+  test('retention.register trims an application table by its time column; names and types are checked', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet, retention: { batchSize: 2, pauseMs: 0 } });
+    const app = `${bus.schema}_app`;
+    onTestFinished(async () => {
+      await target.query(`drop schema if exists "${app}" cascade`);
+    });
+    await target.query(`create schema "${app}"`);
+    await target.query(`create table "${app}".visits (path text, seen_at timestamptz not null)`);
+    await target.query(`create table "${app}"."Daily" (day date not null)`);
+    await target.query(`insert into "${app}".visits values ('/old', $1::timestamptz - interval '3 days'), ('/old2', $1::timestamptz - interval '2 days'), ('/older', $1::timestamptz - interval '10 days'), ('/new', $1)`, [clock.now()]);
+    await target.query(`insert into "${app}"."Daily" values (current_date - 40), (current_date)`);
+
+    bus.retention.register({ table: `${app}.visits`, timeColumn: 'seen_at', olderThan: '24h', every: '1h' });
+    bus.retention.register({ table: `${app}.Daily`, timeColumn: 'day', olderThan: '30d' });
+    expect(() => bus.retention.register({ table: `${app}.visits`, timeColumn: 'seen_at', olderThan: '1d' })).toThrow(/registered already/);
+    expect(() => bus.retention.register({ table: 'visits; drop table x', timeColumn: 'seen_at', olderThan: '1d' })).toThrow(OptionsError);
+    expect(() => bus.retention.register({ table: 'a.b.c', timeColumn: 'seen_at', olderThan: '1d' })).toThrow(/more than one/);
+    expect(() => bus.retention.register({ table: `${bus.schema}.events`, timeColumn: 'created_at', olderThan: '1d' })).toThrow(/own tables/);
+    expect(() => bus.retention.register({ table: 'visits2', timeColumn: 'seen at', olderThan: '1d' })).toThrow(/timeColumn/);
+
+    const batches: number[] = [];
+    bus.lifecycle.on('retention:batch', (b) => b.rule === `app:${app}.visits` && batches.push(b.removed));
+    const dry = await bus.retention.run({ dryRun: true });
+    expect(dry.rules.find((r) => r.rule === `app:${app}.visits`)).toMatchObject({ removed: 3, olderThanMs: DAY, table: `${app}.visits` });
+    const report = await bus.retention.run();
+    expect(report.rules.find((r) => r.rule === `app:${app}.visits`)).toMatchObject({ removed: 3, batches: 2 });
+    expect(batches).toEqual([2, 1]);
+    expect((await target.query(`select path from "${app}".visits`)).map((r: any) => r.path)).toEqual(['/new']);
+    expect(report.rules.find((r) => r.rule === `app:${app}.Daily`)!.removed).toBe(1);
+  });
+
+  test('a registered table whose column is missing or not a time fails the pass with a named field', async () => {
+    const missing = await testBus(target, events, quiet);
+    const app = `${missing.schema}_app`;
+    onTestFinished(async () => {
+      await target.query(`drop schema if exists "${app}" cascade`);
+    });
+    await target.query(`create schema "${app}"; create table "${app}".t (n int, at timestamptz)`);
+    missing.retention.register({ table: `${app}.t`, timeColumn: 'nope', olderThan: '1d' });
+    await expect(missing.retention.run()).rejects.toThrow(/retention\.register\(.*\.t\)\.timeColumn.*has no column nope/);
+    const wrongType = await testBus(target, events, quiet);
+    wrongType.retention.register({ table: `${app}.t`, timeColumn: 'n', olderThan: '1d' });
+    await expect(wrongType.retention.run()).rejects.toThrow(/n is integer; it must be timestamp/);
+  });
+
+  test('the leader runs the rules by itself; register after start is refused', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, relay: { enabled: false } });
+    await record(bus, 2);
+    await bus.relayOnce();
+    clock.advance(8 * DAY);
+    const pass = bus.lifecycle.waitFor('retention:pass', (p) => p.rule === 'events');
+    await bus.start();
+    expect((await pass).removed).toBe(2);
+    expect(bus.isLeader).toBe(true);
+    expect(() => bus.retention.register({ table: 'x', timeColumn: 'at', olderThan: '1d' })).toThrow(/before bus.start/);
+  });
+});
