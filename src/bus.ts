@@ -32,6 +32,14 @@ import { Relay } from './relay/relay.js';
 import { isReaTransaction, makeTransaction, type Transaction } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
 import { Worker } from './worker/worker.js';
+import { HandlerChannel } from './channels/handler/channel.js';
+import { WebhookChannel, WEBHOOK_RUN_GRACE_MS, type WebhookOptions, type WebhookSettings } from './channels/webhook/channel.js';
+import { compileAllowlist } from './channels/webhook/address.js';
+import {
+  createWebhookApi, type DeliveriesApi, type EndpointsApi, type NewDelivery, type WebhookAttempt,
+} from './channels/webhook/endpoints.js';
+import { AttemptRetention } from './maintenance/attempt-retention.js';
+import { EndpointHealth } from './maintenance/endpoint-health.js';
 
 export type DatabaseOptions =
   | { postgres: string | pg.Pool; poolSize?: number }
@@ -72,6 +80,8 @@ export interface BusOptions<S extends EventSchemas> {
   overview?: { exactCountLimit?: number };
   logger?: Logger;
   clock?: Clock;
+  /** Webhook delivery: SSRF opt-outs, timeouts, retries, endpoint health, attempt log; defaults in DEFAULTS.webhooks. */
+  webhooks?: WebhookOptions;
 }
 
 export interface RecordOptions {
@@ -125,7 +135,15 @@ export interface Bus<S extends EventSchemas> {
     requeue(target: readonly string[] | { poisoned: true }): Promise<string[]>;
     /** Newest first, filtered, one page at a time (keyset on the UUIDv7 id); InvalidFilterError names a bad filter. */
     list(filter?: EventListFilter): Promise<Page<EventSummary>>;
+    /** Send a stored event to one webhook endpoint again, as a new delivery (new webhook-id). */
+    replay(eventId: string, options: { endpointId: string }): Promise<NewDelivery>;
+    /** Every webhook attempt made for the event, newest first. */
+    attempts(eventId: string, options?: { limit?: number; before?: string }): Promise<WebhookAttempt[]>;
   };
+  /** Webhook endpoints: create (returns the secret once), list, get, update, enable, disable, rotateSecret, delete, attempts, test. */
+  endpoints: EndpointsApi;
+  /** Webhook deliveries (a delivery id is its job id). */
+  deliveries: DeliveriesApi;
   jobs: {
     forEvent(eventId: string): Promise<JobRow[]>;
     /** Newest first, by state, kind, handler or event, one page at a time; InvalidFilterError names a bad filter. */
@@ -180,8 +198,43 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (state !== 'stopped') driver.notify(channel, payload).catch((err) => log.warn({ err: (err as Error).message }, 'wake-up notify failed'));
   });
 
-  const worker = new Worker(driver, handlers, workerOptions, { lifecycle, log, clock, workerId: instanceId });
-  const relay = new Relay(driver, relayOptions, {
+  const webhookOptions = { ...DEFAULTS.webhooks, ...o.webhooks };
+  try {
+    compileAllowlist(webhookOptions.allowlist);
+  } catch (err) {
+    if (err instanceof OptionsError) throw new OptionsError(`createBus.webhooks.${err.field}`, err.message.replace(/^invalid option [^:]+: /, ''));
+    throw err;
+  }
+  const webhookSettings: WebhookSettings = {
+    allowPrivateNetworks: webhookOptions.allowPrivateNetworks,
+    allowlist: [...webhookOptions.allowlist],
+    timeoutMs: webhookOptions.timeoutMs,
+    connectTimeoutMs: webhookOptions.connectTimeoutMs,
+    maxResponseBytes: webhookOptions.maxResponseBytes,
+    maxRetryAfterMs: webhookOptions.maxRetryAfterMs,
+    // Taken from the caller's object: a function is not data for zod to copy.
+    resolve: options.webhooks?.resolve,
+    concurrency: o.webhooks?.concurrency ?? workerOptions.concurrency,
+    maxAttempts: webhookOptions.maxAttempts,
+    // Longer than the worker's cut-off (HTTP timeout + grace), so a slow endpoint is never rescued into a duplicate.
+    leaseMs: webhookOptions.timeoutMs + WEBHOOK_RUN_GRACE_MS + leaseMarginMs,
+    failingDelayMs: webhookOptions.failingDelayMs,
+    secretGraceMs: webhookOptions.secretGraceMs,
+  };
+  const webhooksRun = webhookOptions.enabled !== false;
+  const channels = [new HandlerChannel(driver, handlers, clock), ...(webhooksRun ? [new WebhookChannel(driver, webhookSettings, { lifecycle, clock })] : [])];
+  const worker = new Worker(driver, channels, workerOptions, { lifecycle, log, clock, workerId: instanceId });
+  const webhookApi = createWebhookApi(driver, webhookSettings, {
+    lifecycle, clock, knownTypes: catalog.types,
+    onJobsInserted: () => {
+      if (state === 'started' && workerOptions.enabled !== false) worker.wake();
+      if (driver.capabilities.listenNotify) notifier('j');
+    },
+  });
+  const relay = new Relay(driver, {
+    ...relayOptions,
+    webhook: { maxAttempts: webhookSettings.maxAttempts, leaseMs: webhookSettings.leaseMs, failingDelayMs: webhookSettings.failingDelayMs },
+  }, {
     lifecycle, log, clock,
     onFanned: () => {
       worker.wake();
@@ -189,6 +242,15 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   });
   const maintenance = [new ServiceRunner(new Rescuer(driver, o.rescuer?.intervalMs ?? DEFAULTS.rescuer.intervalMs, o.rescuer?.batchSize ?? DEFAULTS.rescuer.batchSize, { clock, lifecycle }), log)];
+  maintenance.push(
+    new ServiceRunner(new EndpointHealth(driver, {
+      intervalMs: webhookOptions.healthIntervalMs, disableAfterMs: webhookOptions.disableAfterMs, batchSize: 1000,
+    }, { clock, lifecycle }), log),
+    new ServiceRunner(new AttemptRetention(driver, {
+      intervalMs: webhookOptions.attemptRetentionIntervalMs, olderThanMs: webhookOptions.attemptRetentionMs,
+      batchSize: webhookOptions.attemptRetentionBatchSize, pauseMs: 100,
+    }, { clock, lifecycle }), log),
+  );
   const retentionSettings = {
     ...DEFAULTS.retention, ...o.retention,
     events: { ...DEFAULTS.retention.events, ...o.retention?.events },
@@ -331,7 +393,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         });
       }
       if (relayOptions.enabled !== false) relay.start();
-      if (workerOptions.enabled !== false && handlers.size > 0) worker.start();
+      if (workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun)) worker.start();
       // Retention rules are known only now: retention.register() may be called until start().
       if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log));
       leader.start();
@@ -389,7 +451,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         const p = eventListParams(filter);
         return pageOf(await driver.admin.eventList({ ...p, limit: p.limit + 1 }), p.limit);
       },
+      replay: (eventId, replayOptions) => webhookApi.replay(eventId, replayOptions),
+      attempts: (eventId, attemptOptions) => webhookApi.attemptsForEvent(eventId, attemptOptions),
     },
+
+    endpoints: webhookApi.endpoints,
+    deliveries: webhookApi.deliveries,
 
     jobs: {
       forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),

@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { ReaError } from '../core/errors.js';
 import { captureCommand } from './capture.js';
 import { demoCommand } from './demo.js';
+import { endpointsCommand } from './endpoints.js';
 import { eventsCommand } from './events.js';
 import { jobsCommand } from './jobs.js';
 import { migrateCommand } from './migrate.js';
@@ -18,6 +19,7 @@ export function program(): Command {
     .addCommand(statusCommand())
     .addCommand(demoCommand())
     .addCommand(captureCommand())
+    .addCommand(endpointsCommand())
     .addCommand(retentionCommand())
     .addCommand(eventsCommand())
     .addCommand(jobsCommand())

@@ -5,9 +5,10 @@ export interface LifecycleEvents {
   'relay:batch:fanned': { eventIds: string[]; jobs: number };
   'relay:event:poisoned': { eventId: string; error: string };
   'relay:error': { error: Error };
-  'job:completed': { jobId: string; handler: string; eventId: string; attempt: number; durationMs: number };
-  'job:failed': { jobId: string; handler: string; eventId: string; attempt: number; error: string; retryAt: Date | null };
-  'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string };
+  // `handler` is the job's target: a handler name, or an endpoint id when kind is 'webhook'.
+  'job:completed': { jobId: string; handler: string; eventId: string; attempt: number; durationMs: number; kind?: JobKindName };
+  'job:failed': { jobId: string; handler: string; eventId: string; attempt: number; error: string; retryAt: Date | null; kind?: JobKindName };
+  'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string; kind?: JobKindName };
   'job:skipped': { jobId: string; handler: string; eventId: string; reason: 'already-consumed' };
   'jobs:rescued': { rescued: number; discarded: number };
   /** One retention delete statement (at most retention.batchSize rows). */
@@ -18,7 +19,17 @@ export interface LifecycleEvents {
   'leader:lost': { leaderId: string };
   'transaction:committed': { events: number };
   'worker:error': { error: Error };
+  /** One webhook HTTP attempt finished (jobId null for an endpoints test delivery). */
+  'webhook:attempt': {
+    jobId: string | null; endpointId: string; eventId: string; webhookId: string; attempt: number;
+    outcome: 'success' | 'failure' | 'gone' | 'throttled' | 'refused'; status: number | null; durationMs: number; error: string | null;
+  };
+  /** An endpoint changed state: after a delivery, by the health pass, or by its owner. */
+  'endpoint:state': { endpointId: string; state: 'enabled' | 'failing' | 'disabled'; reason: string | null };
+  'webhook:attempts:deleted': { deleted: number };
 }
+
+type JobKindName = 'handler' | 'webhook' | 'forward';
 
 export type LifecycleName = keyof LifecycleEvents;
 

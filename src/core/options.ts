@@ -35,6 +35,38 @@ export const DEFAULTS = {
   notifyDebounceMs: 3,
   leader: { ttlMs: 15_000, renewMs: 5_000 },
   rescuer: { intervalMs: 5_000, batchSize: 1000 },
+  webhooks: {
+    /** Run webhook deliveries in this process's workers. */
+    enabled: true,
+    /** Deliver to loopback, private, link-local, CGNAT and unique-local addresses (tests, the demo). */
+    allowPrivateNetworks: false,
+    /** Hosts, IPs and CIDR blocks reachable despite their address (see README). */
+    allowlist: [] as string[],
+    /** After rotateSecret, the previous secret keeps signing (and verifying) this long. */
+    secretGraceMs: 24 * 3600_000,
+    /** Attempts per delivery, the first included. */
+    maxAttempts: 18,
+    /** The whole HTTP attempt: DNS, connect, request, response and body read. */
+    timeoutMs: 15_000,
+    connectTimeoutMs: 5_000,
+    /** Response bytes read at most; the attempt log keeps a 1 KiB excerpt. */
+    maxResponseBytes: 64 * 1024,
+    /** The longest wait a Retry-After (429, 503) may ask for. */
+    maxRetryAfterMs: 24 * 3600_000,
+    /** Webhook deliveries running at once in this process (default: the worker's concurrency). */
+    concurrency: 0,
+    /** While an endpoint is failing, its new deliveries are scheduled this far out. */
+    failingDelayMs: 5 * 60_000,
+    /** An endpoint failing continuously this long is disabled by the health pass. */
+    disableAfterMs: 5 * 24 * 3600_000,
+    /** How often the leader runs the endpoint health pass. */
+    healthIntervalMs: 60_000,
+    /** Attempt-log rows older than this are deleted. */
+    attemptRetentionMs: 7 * 24 * 3600_000,
+    /** How often the leader trims the attempt log, and how many rows per statement. */
+    attemptRetentionIntervalMs: 3600_000,
+    attemptRetentionBatchSize: 5_000,
+  },
   /** Storage bounds. Every window (…Ms) and interval (everyMs) takes -1 for "keep forever" / "never run". */
   retention: {
     /** Rows deleted per statement, so a large backlog of old rows never holds long locks. */
@@ -118,6 +150,25 @@ export const busOptionsSchema = z.object({
   notifyDebounceMs: nonNegInt.optional(),
   leader: z.object({ ttlMs: positiveInt.optional(), renewMs: positiveInt.optional() }).strict().optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
+  webhooks: z.object({
+    enabled: z.boolean().optional(),
+    allowPrivateNetworks: z.boolean().optional(),
+    allowlist: z.array(z.string().min(1)).optional(),
+    secretGraceMs: nonNegInt.optional(),
+    maxAttempts: positiveInt.max(1000).optional(),
+    timeoutMs: positiveInt.max(3600_000).optional(),
+    connectTimeoutMs: positiveInt.max(3600_000).optional(),
+    maxResponseBytes: positiveInt.optional(),
+    maxRetryAfterMs: positiveInt.optional(),
+    concurrency: positiveInt.max(10_000).optional(),
+    failingDelayMs: nonNegInt.optional(),
+    disableAfterMs: positiveInt.optional(),
+    healthIntervalMs: positiveInt.optional(),
+    attemptRetentionMs: positiveInt.optional(),
+    attemptRetentionIntervalMs: positiveInt.optional(),
+    attemptRetentionBatchSize: positiveInt.optional(),
+    resolve: z.function().optional(),
+  }).strict().optional(),
   retention: z.object({
     enabled: z.boolean().optional(),
     batchSize: positiveInt.max(1_000_000).optional(),

@@ -1,6 +1,7 @@
 // The Driver seam: everything relay, worker, maintenance and admin code needs from a database.
 // No pg, PGlite or mysql2 type crosses this seam; each driver owns its SQL and migrations.
 import type { AdminExecutor } from './admin.js';
+import type { WebhookExecutor } from './webhooks.js';
 import type { OperationsExecutor } from './operations.js';
 
 /** The least a database handle must offer: run one statement with positional parameters. */
@@ -45,6 +46,13 @@ export interface HandlerSubscription {
   /** How long a claimed job is leased: handler timeout plus a margin, so live work is never rescued. */
   leaseMs: number;
   priority: number;
+}
+
+/** How the relay makes webhook jobs: attempts, lease (longer than the HTTP timeout), delay while failing. */
+export interface WebhookFanOut {
+  maxAttempts: number;
+  leaseMs: number;
+  failingDelayMs: number;
 }
 
 export interface FanOutResult {
@@ -142,7 +150,7 @@ export interface JobRow {
 export interface Executor {
   eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void>;
   /** Claim ≤ limit unfanned events (skip locked, oldest first), insert their jobs, mark them fanned. */
-  eventFanOut(q: Queryable, params: { limit: number; onlyId?: string; now: Date | null }): Promise<FanOutResult>;
+  eventFanOut(q: Queryable, params: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut }): Promise<FanOutResult>;
   /** Oldest unfanned, unpoisoned event ids, for the row-by-row retry of a failed round. */
   eventListUnfanned(params: { limit: number }): Promise<string[]>;
   /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */
@@ -178,6 +186,8 @@ export interface Driver {
   readonly executor: Executor;
   /** Admin lists and lookups (HTTP API, panel, CLI); see driver/admin.ts. */
   readonly admin: AdminExecutor;
+  /** Endpoints, the webhook attempt log and webhook jobs; see driver/webhooks.ts. */
+  readonly webhooks: WebhookExecutor;
   /** Retention, overview facts and job repair; see driver/operations.ts. */
   readonly operations: OperationsExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */

@@ -4,7 +4,7 @@
 import type { Clock } from '../core/clock.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { PollLoop } from '../core/poll.js';
-import type { Driver } from '../driver/types.js';
+import type { Driver, WebhookFanOut } from '../driver/types.js';
 import type { Logger } from '../core/logger.js';
 import { errorMessage } from '../core/errors-format.js';
 
@@ -13,6 +13,8 @@ export interface RelayOptions {
   minPollMs: number;
   maxPollMs: number;
   maxFanAttempts: number;
+  /** How webhook jobs are made; the executor's defaults when absent. */
+  webhook?: WebhookFanOut;
 }
 
 export class Relay {
@@ -50,7 +52,7 @@ export class Relay {
   async round(): Promise<'full' | 'some' | 'none'> {
     let fanned: number;
     try {
-      const result = await this.driver.executor.eventFanOut(this.driver, { limit: this.options.batchSize, now: this.deps.clock.now() });
+      const result = await this.driver.executor.eventFanOut(this.driver, { limit: this.options.batchSize, now: this.deps.clock.now(), webhook: this.options.webhook });
       this.report(result.eventIds, result.jobs);
       fanned = result.eventIds.length;
     } catch (err) {
@@ -67,7 +69,7 @@ export class Relay {
     let fanned = 0;
     for (const id of ids) {
       try {
-        const result = await this.driver.executor.eventFanOut(this.driver, { limit: 1, onlyId: id, now: this.deps.clock.now() });
+        const result = await this.driver.executor.eventFanOut(this.driver, { limit: 1, onlyId: id, now: this.deps.clock.now(), webhook: this.options.webhook });
         this.report(result.eventIds, result.jobs);
         fanned += result.eventIds.length;
       } catch (err) {

@@ -1,5 +1,6 @@
-// Workers: claim due jobs up to free concurrency, run each inside its event's trace with a
-// timeout, then complete or fail them in batches (one statement per batch, not per job).
+// Workers: claim due jobs of every channel (handlers, webhooks) up to free concurrency, run each
+// inside its event's trace with a timeout, then complete or fail them in batches (one statement
+// per batch, not per job).
 import type { Clock } from '../core/clock.js';
 import { appNow } from '../core/clock.js';
 import { Batcher } from '../core/batcher.js';
@@ -9,9 +10,8 @@ import type { Lifecycle } from '../core/lifecycle.js';
 import type { Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
 import { newTraceId, runInTrace } from '../core/trace.js';
-import type { ClaimedJob, ClaimTarget, Driver, JobFailure } from '../driver/types.js';
-import { runHandler } from '../channels/handler/run.js';
-import type { RegisteredHandler } from './registry.js';
+import type { ClaimedJob, ClaimTarget, Driver, JobFailure, JobKind } from '../driver/types.js';
+import type { JobChannel } from './channel.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -22,8 +22,8 @@ export interface WorkerOptions {
 }
 
 export class HandlerTimeoutError extends Error {
-  constructor(readonly timeoutMs: number) {
-    super(`handler timed out after ${timeoutMs} ms and was aborted`);
+  constructor(readonly timeoutMs: number, message = `handler timed out after ${timeoutMs} ms and was aborted`) {
+    super(message);
     this.name = 'HandlerTimeoutError';
   }
 }
@@ -43,7 +43,10 @@ interface Done {
 export class Worker {
   private readonly loop: PollLoop;
   private readonly active = new Map<string, { job: ClaimedJob; controller: AbortController; settled: Promise<void> }>();
-  private readonly activePerHandler = new Map<string, number>();
+  // Running jobs per channel kind, and per kind + target.
+  private readonly activePerKind = new Map<JobKind, number>();
+  private readonly activePerTarget = new Map<string, number>();
+  private readonly channels: ReadonlyMap<JobKind, JobChannel>;
   private readonly completions: Batcher<Done>;
   private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean }>;
   private waitingForSlot = false;
@@ -51,10 +54,11 @@ export class Worker {
 
   constructor(
     private readonly driver: Driver,
-    private readonly handlers: ReadonlyMap<string, RegisteredHandler>,
+    channels: readonly JobChannel[],
     private readonly options: WorkerOptions,
     private readonly deps: { lifecycle: Lifecycle; log: Logger; clock: Clock; workerId: string },
   ) {
+    this.channels = new Map(channels.map((c) => [c.kind, c]));
     this.loop = new PollLoop({
       minMs: options.minPollMs,
       maxMs: options.maxPollMs,
@@ -79,7 +83,7 @@ export class Worker {
       write: async (items) => {
         await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() });
         for (const { failure, job, discarded } of items) {
-          const e = { jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message };
+          const e = { jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message, kind: job.kind };
           if (discarded) deps.lifecycle.emit('job:discarded', e);
           else deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
         }
@@ -123,9 +127,12 @@ export class Worker {
     if (this.stopping) return 'none';
     const free = this.options.concurrency - this.active.size;
     const targets: ClaimTarget[] = [];
-    for (const h of this.handlers.values()) {
-      const room = Math.min(free, h.concurrency - (this.activePerHandler.get(h.name) ?? 0));
-      if (room > 0) targets.push({ kind: 'handler', target: h.name, limit: room });
+    if (free > 0) {
+      for (const c of this.channels.values()) {
+        const running = (target?: string) =>
+          (target === undefined ? this.activePerKind.get(c.kind) : this.activePerTarget.get(`${c.kind}\0${target}`)) ?? 0;
+        targets.push(...c.claimTargets(free, running));
+      }
     }
     if (free <= 0 || targets.length === 0) {
       this.waitingForSlot = true;
@@ -141,12 +148,19 @@ export class Worker {
   }
 
   private execute(job: ClaimedJob): void {
-    const handler = this.handlers.get(job.target)!;
+    const channel = this.channels.get(job.kind)!;
     const controller = new AbortController();
-    this.activePerHandler.set(handler.name, (this.activePerHandler.get(handler.name) ?? 0) + 1);
-    const settled = this.run(job, handler, controller).finally(() => {
+    const key = `${job.kind}\0${job.target}`;
+    const bump = (by: number) => {
+      this.activePerKind.set(job.kind, (this.activePerKind.get(job.kind) ?? 0) + by);
+      const n = (this.activePerTarget.get(key) ?? 0) + by;
+      if (n > 0) this.activePerTarget.set(key, n);
+      else this.activePerTarget.delete(key); // webhook targets are many endpoints: do not keep zeros
+    };
+    bump(1);
+    const settled = this.run(job, channel, controller).finally(() => {
       this.active.delete(job.id);
-      this.activePerHandler.set(handler.name, (this.activePerHandler.get(handler.name) ?? 1) - 1);
+      bump(-1);
       if (this.waitingForSlot && !this.stopping) {
         this.waitingForSlot = false;
         this.loop.wake();
@@ -155,15 +169,18 @@ export class Worker {
     this.active.set(job.id, { job, controller, settled });
   }
 
-  private async run(job: ClaimedJob, handler: RegisteredHandler, controller: AbortController): Promise<void> {
+  private async run(job: ClaimedJob, channel: JobChannel, controller: AbortController): Promise<void> {
     const started = performance.now();
     const traceId = job.event.traceId ?? newTraceId();
-    const log = this.deps.log.child({ trace_id: traceId, event_id: job.event.id, handler: handler.name, attempt: job.attempt, job_id: job.id });
-    const timer = setTimeout(() => controller.abort(new HandlerTimeoutError(handler.timeoutMs)), handler.timeoutMs);
+    const label = job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target };
+    const log = this.deps.log.child({ trace_id: traceId, event_id: job.event.id, ...label, attempt: job.attempt, job_id: job.id });
+    let timer: NodeJS.Timeout | undefined;
     try {
+      const timeoutMs = channel.timeoutMs(job);
+      timer = setTimeout(() => controller.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), timeoutMs);
       if (!job.eventFound) throw new MissingEventError(job.event.id);
-      const outcome = await runInTrace({ traceId, eventId: job.event.id, handler: handler.name, attempt: job.attempt }, () =>
-        runHandler(this.driver, handler, job, controller.signal, log, this.deps.clock),
+      const outcome = await runInTrace({ traceId, eventId: job.event.id, handler: job.target, attempt: job.attempt }, () =>
+        channel.run(job, controller.signal, log),
       );
       const durationMs = performance.now() - started;
       if (outcome === 'succeeded') {
@@ -171,18 +188,18 @@ export class Worker {
       } else if (outcome === 'committed') {
         this.emitCompleted({ job, durationMs });
       } else {
-        this.deps.lifecycle.emit('job:skipped', { jobId: job.id, handler: handler.name, eventId: job.event.id, reason: 'already-consumed' });
+        this.deps.lifecycle.emit('job:skipped', { jobId: job.id, handler: job.target, eventId: job.event.id, reason: 'already-consumed' });
         this.emitCompleted({ job, durationMs });
       }
     } catch (thrown) {
       const err = controller.signal.aborted ? controller.signal.reason : thrown;
-      this.fail(job, handler, err, log);
+      this.fail(job, channel, err, log);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  private fail(job: ClaimedJob, handler: RegisteredHandler, err: unknown, log: ReturnType<Worker['deps']['log']['child']>): void {
+  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: ReturnType<Worker['deps']['log']['child']>): void {
     const now = appNow(this.deps.clock);
     const entry = {
       at: new Date(now).toISOString(),
@@ -200,7 +217,7 @@ export class Worker {
       state = 'discarded';
     } else {
       state = 'retryable';
-      scheduledAt = new Date(now + (isRetryAfter(err) ? err.delayMs : handler.backoff(job.attempt)));
+      scheduledAt = new Date(now + (isRetryAfter(err) ? err.delayMs : channel.backoffMs(job)));
     }
     log.warn({ err: entry.message, retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
     this.failures.push({ failure: { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry }, job, discarded: state === 'discarded' });
@@ -208,7 +225,7 @@ export class Worker {
 
   private emitCompleted(d: Done): void {
     this.deps.lifecycle.emit('job:completed', {
-      jobId: d.job.id, handler: d.job.target, eventId: d.job.event.id, attempt: d.job.attempt, durationMs: d.durationMs,
+      jobId: d.job.id, handler: d.job.target, eventId: d.job.event.id, attempt: d.job.attempt, durationMs: d.durationMs, kind: d.job.kind,
     });
   }
 }

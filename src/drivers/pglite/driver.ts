@@ -5,6 +5,7 @@ import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.j
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
+import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
 import { PostgresOperationsExecutor } from '../postgres/executor-operations.js';
 import { postgresStatements } from '../postgres/sql.js';
@@ -20,6 +21,7 @@ export class PGliteDriver implements Driver {
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;
+  readonly webhooks: PostgresWebhookExecutor;
   readonly operations: PostgresOperationsExecutor;
   private readonly db: PGlite;
   private readonly ownsDb: boolean;
@@ -38,6 +40,7 @@ export class PGliteDriver implements Driver {
     const pool: Queryable = { query: (text, params) => this.db.query(text, params) as never };
     this.executor = new PostgresExecutor(pool, this.sql);
     this.admin = new PostgresAdminExecutor(pool, quoteSchema(options.schema));
+    this.webhooks = new PostgresWebhookExecutor(pool, quoteSchema(options.schema));
     this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema));
   }
 

@@ -2,13 +2,21 @@
 // maps rows to rea's own types.
 import type {
   ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutResult, HandlerSubscription,
-  JobFailure, JobRow, JobState, Queryable, StatusCounts,
+  JobFailure, JobRow, JobState, Queryable, StatusCounts, WebhookFanOut,
 } from '../../driver/types.js';
 import { JOB_STATES } from '../../driver/types.js';
+import { DEFAULTS } from '../../core/options.js';
 import { patternToLike } from './patterns.js';
 import type { PostgresStatements } from './sql.js';
 
 type Row = Record<string, any>;
+
+// Used when a caller (a test, a script) fans out without saying: the bus always passes its own.
+const DEFAULT_WEBHOOK_FAN_OUT: WebhookFanOut = {
+  maxAttempts: DEFAULTS.webhooks.maxAttempts,
+  leaseMs: DEFAULTS.webhooks.timeoutMs + DEFAULTS.worker.leaseMarginMs,
+  failingDelayMs: DEFAULTS.webhooks.failingDelayMs,
+};
 
 export class PostgresExecutor implements Executor {
   constructor(private readonly pool: Queryable, private readonly sql: PostgresStatements) {}
@@ -27,10 +35,12 @@ export class PostgresExecutor implements Executor {
     ]);
   }
 
-  async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null }): Promise<FanOutResult> {
+  async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut }): Promise<FanOutResult> {
+    const w = p.webhook ?? DEFAULT_WEBHOOK_FAN_OUT;
+    const hook = [w.maxAttempts, w.leaseMs, w.failingDelayMs];
     const { rows } = p.onlyId
-      ? await q.query<Row>(this.sql.eventFanOutOne, [p.limit, p.now, p.onlyId])
-      : await q.query<Row>(this.sql.eventFanOut, [p.limit, p.now]);
+      ? await q.query<Row>(this.sql.eventFanOutOne, [p.limit, p.now, ...hook, p.onlyId])
+      : await q.query<Row>(this.sql.eventFanOut, [p.limit, p.now, ...hook]);
     const row = rows[0]!;
     return { eventIds: row.event_ids as string[], jobs: row.jobs as number };
   }

@@ -23,10 +23,25 @@ with claimed as (
      (count(*) over (partition by name, coalesce_key))::int as coalesced
    from routed where coalesce_subject
    order by name, coalesce_key, event_id desc)
+), hooks as (
+  -- Webhooks: one job per (event, endpoint), never coalesced; nothing for a disabled endpoint,
+  -- and a failing endpoint's new deliveries wait $5 ms.
+  select c.id as event_id, ep.id::text as endpoint_id, ep.state = 'failing' as failing
+  from claimed c
+  join ${s}.endpoints ep on ep.state <> 'disabled' and c.type like any (ep.like_patterns)
 ), inserted as (
   insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
-  select event_id, 'handler', name, max_attempts, lease_ms, priority, coalesced, coalesce($2::timestamptz, now())
-  from picked
+  select event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at
+  from (
+    select event_id, 'handler' as kind, name as target, max_attempts, lease_ms, priority, coalesced,
+           coalesce($2::timestamptz, now()) as scheduled_at
+    from picked
+    union all
+    select event_id, 'webhook', endpoint_id, $3::int, $4::int, 0::smallint, 1,
+           coalesce($2::timestamptz, now())
+             + case when failing then $5::double precision * interval '1 millisecond' else interval '0' end
+    from hooks
+  ) j
   order by event_id
   returning 1
 ), fanned as (
@@ -49,7 +64,7 @@ insert into ${s}.events (id, type, subject, payload, trace_id, created_by, versi
 select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
 
     eventFanOut: fanOut(''),
-    eventFanOutOne: fanOut('and id = $3::uuid'),
+    eventFanOutOne: fanOut('and id = $6::uuid'),
 
     eventListUnfanned: /* sql */ `
 select id::text as id from ${s}.events
@@ -107,7 +122,7 @@ with targets as (
   select * from unnest($1::text[], $2::text[], $3::int[]) as t(kind, target, lim)
 ), picked as (
   select j.id, j.priority, j.scheduled_at
-  from targets t
+  from (select * from targets where target <> '*') t
   cross join lateral (
     select id, priority, scheduled_at from ${s}.jobs
     where state in ('available', 'retryable')
@@ -117,7 +132,21 @@ with targets as (
     limit t.lim
     for update skip locked
   ) j
-  order by j.priority, j.scheduled_at, j.id
+  union all
+  -- Target '*': any target of that kind (webhooks to every endpoint), read through
+  -- jobs_claim_any_idx instead of one probe per endpoint.
+  select j.id, j.priority, j.scheduled_at
+  from (select * from targets where target = '*') t
+  cross join lateral (
+    select id, priority, scheduled_at from ${s}.jobs
+    where state in ('available', 'retryable') and kind in ('webhook', 'forward')
+      and kind = t.kind
+      and scheduled_at <= coalesce($5::timestamptz, now())
+    order by priority, scheduled_at, id
+    limit t.lim
+    for update skip locked
+  ) j
+  order by priority, scheduled_at, id
   limit $4
 ), claimed as (
   update ${s}.jobs j

@@ -122,6 +122,58 @@ $fn$;
 `,
   },
   {
+    version: 3,
+    name: 'webhooks',
+    // Endpoints and the webhook attempt log. Secrets live in their own column that list/get never
+    // select; only `secret_hint` (the newest secret's last 4 characters) is ever read back.
+    sql: /* sql */ `
+create table {schema}.endpoints (
+  id              uuid primary key,
+  url             text not null,
+  description     text not null default '',
+  event_types     text[] not null,
+  like_patterns   text[] not null,
+  state           text not null default 'enabled' check (state in ('enabled', 'failing', 'disabled')),
+  failing_since   timestamptz,
+  disabled_at     timestamptz,
+  disabled_reason text,
+  -- [{ "secret": "whsec_…", "created_at": …, "expires_at": null | … }], newest first
+  secrets         jsonb not null,
+  secret_hint     text not null,
+  created_at      timestamptz not null default now(),
+  updated_at      timestamptz not null default now()
+);
+
+-- The health pass looks only at failing endpoints.
+create index endpoints_failing_idx on {schema}.endpoints (failing_since) where state = 'failing';
+
+create table {schema}.webhook_attempts (
+  id               bigint generated always as identity primary key,
+  -- Null for an endpoints test delivery, which is not a job.
+  job_id           bigint,
+  endpoint_id      uuid not null,
+  event_id         uuid not null,
+  webhook_id       text not null,
+  attempt          integer not null,
+  at               timestamptz not null,
+  status           integer,
+  duration_ms      integer not null,
+  outcome          text not null check (outcome in ('success', 'failure', 'gone', 'throttled', 'refused')),
+  response_excerpt text not null default '',
+  error            text
+);
+
+create index webhook_attempts_at_idx on {schema}.webhook_attempts (at);
+create index webhook_attempts_endpoint_idx on {schema}.webhook_attempts (endpoint_id, id);
+create index webhook_attempts_event_idx on {schema}.webhook_attempts (event_id);
+
+-- Webhook workers claim "any endpoint" rather than one target at a time; this index hands them
+-- the due jobs in claim order without a probe per endpoint. Partial, so handler jobs do not pay.
+create index jobs_claim_any_idx on {schema}.jobs (kind, priority, scheduled_at, id)
+  where state in ('available', 'retryable') and kind in ('webhook', 'forward');
+`,
+  },
+  {
     version: 4,
     name: 'retention',
     // Number 3 is the webhooks migration, developed in parallel; the runner applies whatever is

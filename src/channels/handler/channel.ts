@@ -1,0 +1,50 @@
+// The handler channel as the worker sees it: claim per registered handler within its own
+// concurrency, back off per the handler's schedule, run through runHandler.
+import type { Clock } from '../../core/clock.js';
+import type { Logger } from '../../core/logger.js';
+import type { ClaimedJob, ClaimTarget, Driver } from '../../driver/types.js';
+import type { JobChannel, RunOutcome } from '../../worker/channel.js';
+import type { RegisteredHandler } from '../../worker/registry.js';
+import { runHandler } from './run.js';
+
+export class HandlerChannel implements JobChannel {
+  readonly kind = 'handler' as const;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly handlers: ReadonlyMap<string, RegisteredHandler>,
+    private readonly clock: Clock,
+  ) {}
+
+  claimTargets(free: number, running: (target?: string) => number): ClaimTarget[] {
+    const targets: ClaimTarget[] = [];
+    for (const h of this.handlers.values()) {
+      const room = Math.min(free, h.concurrency - running(h.name));
+      if (room > 0) targets.push({ kind: 'handler', target: h.name, limit: room });
+    }
+    return targets;
+  }
+
+  timeoutMs(job: ClaimedJob): number {
+    return this.handler(job).timeoutMs;
+  }
+
+  backoffMs(job: ClaimedJob): number {
+    return this.handler(job).backoff(job.attempt);
+  }
+
+  timeoutMessage(_job: ClaimedJob, timeoutMs: number): string {
+    return `handler timed out after ${timeoutMs} ms and was aborted`;
+  }
+
+  run(job: ClaimedJob, signal: AbortSignal, log: Logger): Promise<RunOutcome> {
+    return runHandler(this.driver, this.handler(job), job, signal, log, this.clock);
+  }
+
+  private handler(job: ClaimedJob): RegisteredHandler {
+    // Claims only ever name registered handlers, so a miss is a bug, not user input.
+    const h = this.handlers.get(job.target);
+    if (!h) throw new Error(`no handler '${job.target}' registered in this process`);
+    return h;
+  }
+}

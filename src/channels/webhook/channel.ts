@@ -1,0 +1,231 @@
+// The webhook channel: turns a claimed webhook job into one signed HTTP attempt, writes the
+// attempt log and the endpoint's health in one statement, and tells the worker what comes next
+// (complete, retry on the attempt⁴ schedule, retry at Retry-After, or discard).
+import { appNow, type Clock } from '../../core/clock.js';
+import { permanent, retryAfter } from '../../core/errors.js';
+import type { Lifecycle } from '../../core/lifecycle.js';
+import type { Logger } from '../../core/logger.js';
+import { uuidv7 } from '../../core/uuid.js';
+import type { ClaimedJob, ClaimTarget, Driver, StoredEvent } from '../../driver/types.js';
+import type { AttemptOutcome, EndpointState, HealthEffect } from '../../driver/webhooks.js';
+import type { JobChannel, RunOutcome } from '../../worker/channel.js';
+import { deliver, type DeliveryResult, type Resolver } from './http.js';
+import { webhookRetryDelayMs } from './retry.js';
+import { signPayload } from './signature.js';
+
+/** createBus({ webhooks }): every field optional, defaults in DEFAULTS.webhooks. */
+export interface WebhookOptions {
+  /** Run webhook deliveries in this process's workers (default true). */
+  enabled?: boolean;
+  /** Deliver to loopback, private, link-local, CGNAT and unique-local addresses (default false; tests, the demo). */
+  allowPrivateNetworks?: boolean;
+  /** Hosts ("hooks.internal", "*.internal"), IPs and CIDR blocks reachable despite their address. */
+  allowlist?: string[];
+  /** After rotateSecret, the previous secret keeps signing this long (default 24 h). */
+  secretGraceMs?: number;
+  /** Attempts per delivery (default 18). */
+  maxAttempts?: number;
+  /** Whole HTTP attempt (default 15 s); connect (default 5 s). */
+  timeoutMs?: number;
+  connectTimeoutMs?: number;
+  /** Response bytes read at most (default 64 KiB). */
+  maxResponseBytes?: number;
+  /** Longest Retry-After honoured (default 24 h). */
+  maxRetryAfterMs?: number;
+  /** Deliveries at once in this process (default: worker.concurrency). */
+  concurrency?: number;
+  /** Delay of new deliveries while an endpoint is failing (default 5 min). */
+  failingDelayMs?: number;
+  /** Continuous failure after which the health pass disables an endpoint (default 5 days). */
+  disableAfterMs?: number;
+  healthIntervalMs?: number;
+  /** Attempt-log retention (default 7 days). */
+  attemptRetentionMs?: number;
+  attemptRetentionIntervalMs?: number;
+  attemptRetentionBatchSize?: number;
+  /** Replaces the system resolver (custom DNS, tests). Every answer is still vetted. */
+  resolve?: Resolver;
+}
+
+/** Webhook settings with every default resolved (see DEFAULTS.webhooks). */
+export interface WebhookSettings {
+  allowPrivateNetworks: boolean;
+  allowlist: string[];
+  timeoutMs: number;
+  connectTimeoutMs: number;
+  maxResponseBytes: number;
+  maxRetryAfterMs: number;
+  resolve?: Resolver;
+  concurrency: number;
+  maxAttempts: number;
+  /** Lease of a webhook job: longer than the worker's cut-off, which is longer than the HTTP timeout. */
+  leaseMs: number;
+  failingDelayMs: number;
+  secretGraceMs: number;
+}
+
+/** The JSON body every delivery posts. `id` is the event's id: the same in a resend or replay. */
+export interface WebhookEnvelope {
+  id: string;
+  type: string;
+  subject: string | null;
+  /** When the event was recorded, ISO 8601. */
+  timestamp: string;
+  data: unknown;
+}
+
+/** The worker cuts a webhook run this long after the HTTP deadline, so deliver() always reports first. */
+export const WEBHOOK_RUN_GRACE_MS = 2_000;
+
+export const TEST_EVENT_TYPE = 'rea.endpoint.test';
+
+/**
+ * The `webhook-id` of a delivery: stable across its retries, new for a resend or replay (which
+ * are new deliveries). The event id keeps it unique even across databases whose job ids collide.
+ */
+export function webhookIdFor(eventId: string, deliveryId: string): string {
+  return `msg_${eventId.replaceAll('-', '')}_${deliveryId}`;
+}
+
+export function envelopeOf(event: Pick<StoredEvent, 'id' | 'type' | 'subject' | 'createdAt' | 'payload'>): WebhookEnvelope {
+  const at = event.createdAt instanceof Date ? event.createdAt : new Date(event.createdAt);
+  return { id: event.id, type: event.type, subject: event.subject, timestamp: at.toISOString(), data: event.payload };
+}
+
+function healthOf(outcome: AttemptOutcome): HealthEffect {
+  if (outcome === 'success') return { effect: 'success' };
+  if (outcome === 'gone') return { effect: 'gone', reason: 'the endpoint answered 410 Gone' };
+  // A throttled or refused attempt did not deliver either: the endpoint is failing until one does.
+  return { effect: 'failure' };
+}
+
+export interface WebhookDeps {
+  lifecycle: Lifecycle;
+  clock: Clock;
+}
+
+export interface AttemptSummary {
+  webhookId: string;
+  outcome: AttemptOutcome;
+  status: number | null;
+  durationMs: number;
+  responseExcerpt: string;
+  error: string | null;
+  retryAfterMs: number | null;
+}
+
+/** Sign and send one envelope to one endpoint, write the attempt and its health effect, emit the signal. */
+async function attempt(
+  driver: Driver,
+  settings: WebhookSettings,
+  deps: WebhookDeps,
+  p: {
+    endpointId: string; url: string; secrets: string[]; envelope: WebhookEnvelope; webhookId: string;
+    jobId: string | null; attempt: number; test: boolean; signal?: AbortSignal;
+  },
+): Promise<{ result: DeliveryResult; stateChangedTo: EndpointState | null }> {
+  const body = JSON.stringify(p.envelope);
+  const headers = signPayload({ msgId: p.webhookId, timestamp: Math.floor(appNow(deps.clock) / 1000), body, secrets: p.secrets });
+  const result = await deliver({
+    url: p.url, headers, body, signal: p.signal,
+    allowPrivateNetworks: settings.allowPrivateNetworks, allowlist: settings.allowlist,
+    timeoutMs: settings.timeoutMs, connectTimeoutMs: settings.connectTimeoutMs,
+    maxResponseBytes: settings.maxResponseBytes, maxRetryAfterMs: settings.maxRetryAfterMs,
+    resolve: settings.resolve, now: () => appNow(deps.clock),
+  });
+  const { stateChangedTo } = await driver.webhooks.attemptRecord({
+    attempt: {
+      jobId: p.jobId, endpointId: p.endpointId, eventId: p.envelope.id, webhookId: p.webhookId, attempt: p.attempt,
+      status: result.status ?? null, durationMs: result.durationMs, outcome: result.outcome,
+      responseExcerpt: result.responseExcerpt, error: result.error ?? null,
+    },
+    health: p.test ? { effect: 'none' } : healthOf(result.outcome),
+    now: deps.clock.now(),
+  });
+  deps.lifecycle.emit('webhook:attempt', {
+    jobId: p.jobId, endpointId: p.endpointId, eventId: p.envelope.id, webhookId: p.webhookId, attempt: p.attempt,
+    outcome: result.outcome, status: result.status ?? null, durationMs: result.durationMs, error: result.error ?? null,
+  });
+  if (stateChangedTo) {
+    const reason = stateChangedTo === 'disabled' ? 'the endpoint answered 410 Gone' : stateChangedTo === 'failing' ? (result.error ?? 'delivery failed') : null;
+    deps.lifecycle.emit('endpoint:state', { endpointId: p.endpointId, state: stateChangedTo, reason });
+  }
+  return { result, stateChangedTo };
+}
+
+export class WebhookChannel implements JobChannel {
+  readonly kind = 'webhook' as const;
+
+  constructor(
+    private readonly driver: Driver,
+    private readonly settings: WebhookSettings,
+    private readonly deps: WebhookDeps,
+  ) {}
+
+  claimTargets(free: number, running: (target?: string) => number): ClaimTarget[] {
+    const room = Math.min(free, this.settings.concurrency - running());
+    return room > 0 ? [{ kind: 'webhook', target: '*', limit: room }] : [];
+  }
+
+  timeoutMs(): number {
+    return this.settings.timeoutMs + WEBHOOK_RUN_GRACE_MS;
+  }
+
+  backoffMs(job: ClaimedJob): number {
+    return webhookRetryDelayMs(job.attempt, { maxAttempts: Math.max(job.maxAttempts, job.attempt + 1) }) ?? 0;
+  }
+
+  timeoutMessage(_job: ClaimedJob, timeoutMs: number): string {
+    return `webhook delivery did not finish within ${timeoutMs} ms and was aborted`;
+  }
+
+  async run(job: ClaimedJob, signal: AbortSignal, log: Logger): Promise<RunOutcome> {
+    const endpoint = await this.driver.webhooks.endpointGetForDelivery({ id: job.target, now: this.deps.clock.now() });
+    if (!endpoint) throw permanent(new Error(`endpoint ${job.target} no longer exists`));
+    // Queued before its endpoint was disabled: the owner asked for silence; resend once it is enabled.
+    if (endpoint.state === 'disabled') throw permanent(new Error(`endpoint ${job.target} is disabled`));
+    const webhookId = webhookIdFor(job.event.id, job.id);
+    const { result } = await attempt(this.driver, this.settings, this.deps, {
+      endpointId: endpoint.id, url: endpoint.url, secrets: endpoint.secrets, envelope: envelopeOf(job.event),
+      webhookId, jobId: job.id, attempt: job.attempt, test: false, signal,
+    });
+    const what = result.error ?? (result.status !== undefined ? `HTTP ${result.status}` : result.outcome);
+    switch (result.outcome) {
+      case 'success':
+        return 'succeeded';
+      case 'gone':
+        log.warn({ endpoint_id: endpoint.id }, 'endpoint answered 410 Gone: disabled');
+        throw permanent(new Error('HTTP 410 Gone: the endpoint was disabled'));
+      case 'refused':
+        throw permanent(new Error(what));
+      case 'throttled':
+        throw retryAfter(result.retryAfterMs ?? 0, new Error(`HTTP ${result.status}; Retry-After ${Math.round((result.retryAfterMs ?? 0) / 1000)} s`));
+      default:
+        throw new Error(what);
+    }
+  }
+}
+
+/**
+ * `endpoints test`: one signed delivery of a test envelope, now, outside the queue. It goes to the
+ * attempt log (without a delivery id) but never changes the endpoint's state.
+ */
+export async function sendTestDelivery(
+  driver: Driver, settings: WebhookSettings, deps: WebhookDeps, endpointId: string,
+): Promise<AttemptSummary | null> {
+  const endpoint = await driver.webhooks.endpointGetForDelivery({ id: endpointId, now: deps.clock.now() });
+  if (!endpoint) return null;
+  const eventId = uuidv7();
+  const envelope: WebhookEnvelope = {
+    id: eventId, type: TEST_EVENT_TYPE, subject: null, timestamp: new Date(appNow(deps.clock)).toISOString(),
+    data: { message: 'a test delivery from rea', endpointId },
+  };
+  const webhookId = `msg_test_${eventId.replaceAll('-', '')}`;
+  const { result } = await attempt(driver, settings, deps, {
+    endpointId, url: endpoint.url, secrets: endpoint.secrets, envelope, webhookId, jobId: null, attempt: 1, test: true,
+  });
+  return {
+    webhookId, outcome: result.outcome, status: result.status ?? null, durationMs: result.durationMs,
+    responseExcerpt: result.responseExcerpt, error: result.error ?? null, retryAfterMs: result.retryAfterMs ?? null,
+  };
+}

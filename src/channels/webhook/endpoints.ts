@@ -1,0 +1,261 @@
+// The endpoints API behind bus.endpoints, bus.deliveries and the webhook part of bus.events:
+// validates input into typed errors, keeps secrets write-only, and makes new deliveries.
+import type { Clock } from '../../core/clock.js';
+import { BusStateError, NotFoundError, OptionsError, UnknownEventTypeError } from '../../core/errors.js';
+import { patternMatches } from '../../core/events.js';
+import type { Lifecycle } from '../../core/lifecycle.js';
+import { uuidv7 } from '../../core/uuid.js';
+import type { Driver } from '../../driver/types.js';
+import { ENDPOINT_STATES, type AttemptRow, type EndpointRow, type EndpointState } from '../../driver/webhooks.js';
+import { assertUrlAllowed } from './address.js';
+import { sendTestDelivery, webhookIdFor, type AttemptSummary, type WebhookSettings } from './channel.js';
+import { generateSecret, parseSecret, secretHint } from './secret.js';
+
+export type Endpoint = EndpointRow;
+export type WebhookAttempt = AttemptRow;
+
+/** What create and rotateSecret return: the endpoint plus its new secret, shown this once only. */
+export type EndpointWithSecret = Endpoint & { secret: string };
+
+export interface EndpointInput {
+  url: string;
+  /** Exact event types and `prefix.*` patterns; '*' for every event. */
+  eventTypes: readonly string[];
+  description?: string;
+  /** A Standard Webhooks secret (`whsec_` + base64 of ≥ 24 bytes); generated when omitted. */
+  secret?: string;
+}
+
+export interface EndpointChanges {
+  url?: string;
+  eventTypes?: readonly string[];
+  description?: string;
+}
+
+export interface NewDelivery {
+  deliveryId: string;
+  webhookId: string;
+  eventId: string;
+  endpointId: string;
+}
+
+export interface EndpointsApi {
+  create(input: EndpointInput): Promise<EndpointWithSecret>;
+  list(filter?: { state?: EndpointState; limit?: number }): Promise<Endpoint[]>;
+  get(id: string): Promise<Endpoint | null>;
+  update(id: string, changes: EndpointChanges): Promise<Endpoint>;
+  /** The owner's act after fixing the receiver: state enabled, failing and disabled fields cleared. */
+  enable(id: string): Promise<Endpoint>;
+  /** No new deliveries are enqueued; queued ones are discarded when they come up. */
+  disable(id: string, options?: { reason?: string }): Promise<Endpoint>;
+  /** A new secret signs from now on; the previous ones keep signing for `graceMs` (default webhooks.secretGraceMs). */
+  rotateSecret(id: string, options?: { secret?: string; graceMs?: number }): Promise<EndpointWithSecret>;
+  delete(id: string): Promise<boolean>;
+  /** The endpoint's attempt log, newest first. */
+  attempts(id: string, options?: { limit?: number; before?: string }): Promise<WebhookAttempt[]>;
+  /** One signed test delivery now, outside the queue; logged as an attempt, never changes the endpoint's state. */
+  test(id: string): Promise<AttemptSummary>;
+}
+
+export interface DeliveriesApi {
+  /** Send a delivery's event to its endpoint again, as a new delivery (new webhook-id). */
+  resend(deliveryId: string): Promise<NewDelivery>;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const PATTERN = /^[A-Za-z0-9_.:*-]{1,200}$/;
+const MAX_PATTERNS = 100;
+const MAX_URL = 2048;
+const MAX_DESCRIPTION = 1000;
+const MAX_LIST = 1000;
+
+export function createWebhookApi(
+  driver: Driver,
+  settings: WebhookSettings,
+  deps: { lifecycle: Lifecycle; clock: Clock; knownTypes: readonly string[]; onJobsInserted: () => void },
+) {
+  const w = driver.webhooks;
+  const now = () => deps.clock.now();
+  const policy = { allowPrivateNetworks: settings.allowPrivateNetworks, allowlist: settings.allowlist };
+
+  const checkUrl = (field: string, url: unknown): string => {
+    if (typeof url !== 'string' || url.length === 0) throw new OptionsError(field, 'must be an http(s) URL');
+    if (url.length > MAX_URL) throw new OptionsError(field, `is ${url.length} characters; at most ${MAX_URL}`);
+    // Throws WebhookUrlRefusedError for a bad scheme, credentials or a refused literal address.
+    return assertUrlAllowed(url, policy).url.toString();
+  };
+
+  const checkPatterns = (field: string, list: unknown): string[] => {
+    if (!Array.isArray(list) || list.length === 0) throw new OptionsError(field, "give at least one event type or pattern ('order.*', '*')");
+    if (list.length > MAX_PATTERNS) throw new OptionsError(field, `at most ${MAX_PATTERNS} patterns`);
+    const out: string[] = [];
+    for (const [i, p] of list.entries()) {
+      if (typeof p !== 'string' || !PATTERN.test(p)) throw new OptionsError(`${field}[${i}]`, 'must be an event type or pattern of letters, digits, _ . : - and *');
+      // A bus that knows its catalog catches typos; an admin bus (the CLI) knows no types and cannot.
+      if (deps.knownTypes.length > 0 && !deps.knownTypes.some((t) => patternMatches(p, t))) throw new UnknownEventTypeError(p, deps.knownTypes);
+      if (!out.includes(p)) out.push(p);
+    }
+    return out;
+  };
+
+  const checkDescription = (field: string, d: unknown): string => {
+    if (typeof d !== 'string') throw new OptionsError(field, 'must be a string');
+    if (d.length > MAX_DESCRIPTION) throw new OptionsError(field, `at most ${MAX_DESCRIPTION} characters`);
+    return d;
+  };
+
+  const checkId = (id: unknown): string => {
+    if (typeof id !== 'string' || !UUID.test(id)) throw new NotFoundError(`endpoint ${JSON.stringify(id)}`);
+    return id;
+  };
+
+  const found = <T>(row: T | null, id: string): T => {
+    if (!row) throw new NotFoundError(`endpoint ${id}`);
+    return row;
+  };
+
+  const newSecret = (field: string, given: unknown): string => {
+    if (given === undefined) return generateSecret();
+    parseSecret(given as string); // WebhookSecretError names the problem, never the secret
+    void field;
+    return given as string;
+  };
+
+  const stateChanged = (row: Endpoint, reason: string | null) =>
+    deps.lifecycle.emit('endpoint:state', { endpointId: row.id, state: row.state, reason });
+
+  async function deliverAgain(eventId: string, endpointId: string): Promise<NewDelivery> {
+    const endpoint = found(await w.endpointGet({ id: endpointId }), endpointId);
+    if (endpoint.state === 'disabled') throw new BusStateError(`endpoint ${endpointId} is disabled; enable it before sending to it again`);
+    const deliveryId = await w.webhookJobInsert({
+      eventId, endpointId, job: { maxAttempts: settings.maxAttempts, leaseMs: settings.leaseMs }, now: now(),
+    });
+    if (!deliveryId) throw new NotFoundError(`event ${eventId} (deleted by retention?)`);
+    deps.onJobsInserted();
+    return { deliveryId, webhookId: webhookIdFor(eventId, deliveryId), eventId, endpointId };
+  }
+
+  const endpoints: EndpointsApi = {
+    async create(input) {
+      if (!input || typeof input !== 'object') throw new OptionsError('endpoints.create(input)', 'pass { url, eventTypes, description?, secret? }');
+      const url = checkUrl('endpoints.create.url', input.url);
+      const eventTypes = checkPatterns('endpoints.create.eventTypes', input.eventTypes);
+      const description = checkDescription('endpoints.create.description', input.description ?? '');
+      const secret = newSecret('endpoints.create.secret', input.secret);
+      const row = await w.endpointInsert({
+        id: uuidv7(), url, description, eventTypes,
+        secret, secretHint: secretHint(secret), now: now(),
+      });
+      return { ...row, secret };
+    },
+
+    async list(filter = {}) {
+      const state = filter.state ?? null;
+      if (state !== null && !ENDPOINT_STATES.includes(state)) throw new OptionsError('endpoints.list.state', `must be one of ${ENDPOINT_STATES.join(', ')}`);
+      const limit = filter.limit ?? MAX_LIST;
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST) throw new OptionsError('endpoints.list.limit', `must be an integer in 1–${MAX_LIST}`);
+      return w.endpointList({ state, limit });
+    },
+
+    async get(id) {
+      if (typeof id !== 'string' || !UUID.test(id)) return null;
+      return w.endpointGet({ id });
+    },
+
+    async update(id, changes) {
+      checkId(id);
+      if (!changes || typeof changes !== 'object') throw new OptionsError('endpoints.update(changes)', 'pass { url?, eventTypes?, description? }');
+      const eventTypes = changes.eventTypes === undefined ? null : checkPatterns('endpoints.update.eventTypes', changes.eventTypes);
+      return found(await w.endpointUpdate({
+        id,
+        url: changes.url === undefined ? null : checkUrl('endpoints.update.url', changes.url),
+        description: changes.description === undefined ? null : checkDescription('endpoints.update.description', changes.description),
+        eventTypes, now: now(),
+      }), id);
+    },
+
+    async enable(id) {
+      checkId(id);
+      const row = found(await w.endpointSetState({ id, state: 'enabled', reason: null, now: now() }), id);
+      stateChanged(row, null);
+      return row;
+    },
+
+    async disable(id, options = {}) {
+      checkId(id);
+      const reason = options.reason === undefined ? 'disabled by its owner' : checkDescription('endpoints.disable.reason', options.reason);
+      const row = found(await w.endpointSetState({ id, state: 'disabled', reason, now: now() }), id);
+      stateChanged(row, reason);
+      return row;
+    },
+
+    async rotateSecret(id, options = {}) {
+      checkId(id);
+      const graceMs = options.graceMs ?? settings.secretGraceMs;
+      if (!Number.isInteger(graceMs) || graceMs < 0) throw new OptionsError('endpoints.rotateSecret.graceMs', 'must be an integer ≥ 0 (ms)');
+      const secret = newSecret('endpoints.rotateSecret.secret', options.secret);
+      const row = found(await w.endpointRotateSecret({ id, secret, secretHint: secretHint(secret), graceMs, now: now() }), id);
+      return { ...row, secret };
+    },
+
+    async delete(id) {
+      if (typeof id !== 'string' || !UUID.test(id)) return false;
+      return w.endpointDelete({ id });
+    },
+
+    async attempts(id, options = {}) {
+      checkId(id);
+      return w.attemptList({ endpointId: id, eventId: null, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
+    },
+
+    async test(id) {
+      checkId(id);
+      return found(await sendTestDelivery(driver, settings, deps, id), id);
+    },
+  };
+
+  const deliveries: DeliveriesApi = {
+    async resend(deliveryId) {
+      if (typeof deliveryId !== 'string' || !/^\d{1,19}$/.test(deliveryId)) throw new NotFoundError(`delivery ${JSON.stringify(deliveryId)}`);
+      const job = await w.webhookJobGet({ jobId: deliveryId });
+      if (!job) throw new NotFoundError(`delivery ${deliveryId}`);
+      return deliverAgain(job.eventId, job.endpointId);
+    },
+  };
+
+  return {
+    endpoints,
+    deliveries,
+    /** bus.events.replay: the event to one endpoint again, as a new delivery. */
+    async replay(eventId: string, options: { endpointId: string }): Promise<NewDelivery> {
+      if (typeof eventId !== 'string' || !UUID.test(eventId)) throw new NotFoundError(`event ${JSON.stringify(eventId)}`);
+      if (!options || typeof options !== 'object') throw new OptionsError('events.replay(options)', 'pass { endpointId }');
+      const endpointId = checkId(options.endpointId);
+      const event = await driver.executor.eventGet({ id: eventId });
+      if (!event) throw new NotFoundError(`event ${eventId}`);
+      const endpoint = found(await w.endpointGet({ id: endpointId }), endpointId);
+      // A receiver should only ever see the types it subscribed to, replays included.
+      if (!endpoint.eventTypes.some((p) => patternMatches(p, event.type))) {
+        throw new OptionsError('events.replay.endpointId', `endpoint ${endpointId} does not subscribe to '${event.type}' (it takes ${endpoint.eventTypes.join(', ')})`);
+      }
+      return deliverAgain(eventId, endpointId);
+    },
+    /** bus.events.attempts: every webhook attempt made for one event, newest first. */
+    async attemptsForEvent(eventId: string, options: { limit?: number; before?: string } = {}): Promise<WebhookAttempt[]> {
+      if (typeof eventId !== 'string' || !UUID.test(eventId)) return [];
+      return w.attemptList({ endpointId: null, eventId, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
+    },
+  };
+}
+
+function checkLimit(limit: number | undefined): number {
+  const n = limit ?? 100;
+  if (!Number.isInteger(n) || n < 1 || n > MAX_LIST) throw new OptionsError('attempts.limit', `must be an integer in 1–${MAX_LIST}`);
+  return n;
+}
+
+function checkBefore(before: string | undefined): string | null {
+  if (before === undefined) return null;
+  if (typeof before !== 'string' || !/^\d{1,19}$/.test(before)) throw new OptionsError('attempts.before', 'must be an attempt id');
+  return before;
+}

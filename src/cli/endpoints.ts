@@ -1,0 +1,143 @@
+// rea endpoints add|list|enable|disable|rotate|test|attempts: manage webhook endpoints. Output for
+// people by default, --json for scripts. A secret is printed only by add and rotate, once.
+import { Command } from 'commander';
+import { createBus, type Bus } from '../bus.js';
+import { defineEvents, type EventSchemas } from '../core/events.js';
+import { OptionsError } from '../core/errors.js';
+import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/webhook/endpoints.js';
+import type { EndpointState } from '../driver/webhooks.js';
+import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
+
+interface Flags extends ConnectionFlags {
+  json?: boolean;
+  allowPrivateNetworks?: boolean;
+}
+
+async function withEndpointsBus<T>(flags: Flags, fn: (bus: Bus<EventSchemas>) => Promise<T>): Promise<T> {
+  const { database, schema } = resolveConnection(flags);
+  const allowPrivateNetworks = flags.allowPrivateNetworks === true || process.env.REA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS === '1';
+  // An admin bus: no event catalog (patterns are checked for shape only), never started.
+  const bus = createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } });
+  try {
+    return await fn(bus);
+  } finally {
+    await bus.stop();
+  }
+}
+
+function command(name: string, description: string): Command {
+  return addConnectionFlags(new Command(name).description(description))
+    .option('--json', 'print JSON')
+    .option('--allow-private-networks', 'allow loopback and private addresses (local receivers; env REA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS=1)');
+}
+
+const iso = (d: Date | null) => (d ? d.toISOString() : '-');
+
+export function formatEndpoint(e: Endpoint): string {
+  const lines = [
+    `${e.id}  ${e.state}  ${e.url}`,
+    `  events ${e.eventTypes.join(', ')} · secret …${e.secretHint}${e.description ? ` · ${e.description}` : ''}`,
+  ];
+  if (e.state === 'failing') lines.push(`  failing since ${iso(e.failingSince)}`);
+  if (e.state === 'disabled') lines.push(`  disabled ${iso(e.disabledAt)}: ${e.disabledReason ?? '-'}`);
+  return lines.join('\n');
+}
+
+function printEndpoint(e: Endpoint, json: boolean | undefined): void {
+  console.log(json ? JSON.stringify(e) : formatEndpoint(e));
+}
+
+function printWithSecret(e: EndpointWithSecret, json: boolean | undefined, what: string): void {
+  if (json) return console.log(JSON.stringify(e));
+  console.log(`${formatEndpoint(e)}\n${what}: ${e.secret}\n(shown once: store it now; receivers verify with it)`);
+}
+
+export function formatAttempt(a: WebhookAttempt): string {
+  const status = a.status === null ? '---' : String(a.status);
+  const detail = a.error ?? (a.responseExcerpt ? a.responseExcerpt.replace(/\s+/g, ' ').slice(0, 80) : '');
+  return `${iso(a.at)}  ${a.outcome.padEnd(9)} ${status}  ${String(a.durationMs).padStart(5)} ms  #${a.attempt} ${a.deliveryId ?? 'test'}  ${detail}`;
+}
+
+function parseList(value: string): string[] {
+  return value.split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+export function endpointsCommand(): Command {
+  const root = new Command('endpoints').description('webhook endpoints: add, list, enable, disable, rotate, test, attempts');
+
+  root.addCommand(
+    command('add', 'add an endpoint; prints its secret once')
+      .argument('<url>', 'http(s) URL that receives the POSTs')
+      .requiredOption('--events <types>', "comma-separated event types or patterns ('order.*', '*')", parseList)
+      .option('--description <text>', 'what it is for')
+      .option('--secret <whsec>', 'use this Standard Webhooks secret instead of a generated one')
+      .action(async (url: string, flags: Flags & { events: string[]; description?: string; secret?: string }) => {
+        const e = await withEndpointsBus(flags, (bus) => bus.endpoints.create({ url, eventTypes: flags.events, description: flags.description, secret: flags.secret }));
+        printWithSecret(e, flags.json, 'secret');
+      }),
+  );
+
+  root.addCommand(
+    command('list', 'list endpoints with their state (never their secrets)')
+      .option('--state <state>', 'only enabled, failing or disabled endpoints')
+      .action(async (flags: Flags & { state?: string }) => {
+        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.list({ state: flags.state as EndpointState | undefined }));
+        if (flags.json) return console.log(JSON.stringify(list));
+        console.log(list.length ? list.map(formatEndpoint).join('\n') : 'no endpoints');
+      }),
+  );
+
+  root.addCommand(
+    command('enable', 'enable an endpoint (after a fix); clears failing and disabled state')
+      .argument('<id>')
+      .action(async (id: string, flags: Flags) => printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.enable(id)), flags.json)),
+  );
+
+  root.addCommand(
+    command('disable', 'disable an endpoint: nothing new is enqueued for it')
+      .argument('<id>')
+      .option('--reason <text>', 'recorded with the endpoint')
+      .action(async (id: string, flags: Flags & { reason?: string }) =>
+        printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.disable(id, { reason: flags.reason })), flags.json)),
+  );
+
+  root.addCommand(
+    command('rotate', 'rotate the secret; the old one keeps signing for the grace period; prints the new secret once')
+      .argument('<id>')
+      .option('--grace-ms <ms>', 'how long the previous secret stays valid (default 24 h)')
+      .action(async (id: string, flags: Flags & { graceMs?: string }) => {
+        const graceMs = flags.graceMs === undefined ? undefined : Number(flags.graceMs);
+        if (graceMs !== undefined && !Number.isInteger(graceMs)) throw new OptionsError('--grace-ms', 'must be a whole number of milliseconds');
+        printWithSecret(await withEndpointsBus(flags, (bus) => bus.endpoints.rotateSecret(id, { graceMs })), flags.json, 'new secret');
+      }),
+  );
+
+  root.addCommand(
+    command('test', 'send one signed test event to an endpoint now and show the answer')
+      .argument('<id>')
+      .action(async (id: string, flags: Flags) => {
+        const r = await withEndpointsBus(flags, (bus) => bus.endpoints.test(id));
+        if (flags.json) console.log(JSON.stringify(r));
+        else {
+          const answer = r.status === null ? 'no answer' : `HTTP ${r.status}`;
+          console.log(`${r.outcome}: ${answer} in ${r.durationMs} ms${r.error ? ` (${r.error})` : ''}`);
+          if (r.responseExcerpt) console.log(`response: ${r.responseExcerpt.slice(0, 200)}`);
+          console.log(`webhook-id ${r.webhookId}`);
+        }
+        if (r.outcome !== 'success') process.exitCode = 1;
+      }),
+  );
+
+  root.addCommand(
+    command('attempts', "an endpoint's delivery attempts, newest first")
+      .argument('<id>')
+      .option('--limit <n>', 'how many', '20')
+      .action(async (id: string, flags: Flags & { limit: string }) => {
+        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.attempts(id, { limit: Number(flags.limit) }));
+        if (flags.json) return console.log(JSON.stringify(list));
+        console.log(list.length ? list.map(formatAttempt).join('\n') : 'no attempts');
+      }),
+  );
+
+  return root;
+}

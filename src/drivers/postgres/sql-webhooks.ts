@@ -1,0 +1,163 @@
+// The webhook statements of the PostgreSQL and PGlite drivers, named after the WebhookExecutor
+// method that runs each. `s` is the already-quoted schema; time comes in as coalesce($now, now()).
+
+// Every read of an endpoint selects exactly these columns: `secrets` is never among them.
+const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, disabled_at,
+  disabled_reason, secret_hint, created_at, updated_at`;
+
+const ATTEMPT_COLUMNS = /* sql */ `id::text as id, job_id::text as delivery_id, endpoint_id::text as endpoint_id,
+  event_id::text as event_id, webhook_id, attempt, at, status, duration_ms, outcome, response_excerpt, error`;
+
+// A secret entry is active while it has no expiry or its expiry is still ahead.
+const ACTIVE = (now: string) => `(x->>'expires_at' is null or (x->>'expires_at')::timestamptz > ${now})`;
+
+export function webhookStatements(s: string) {
+  return {
+    endpointInsert: /* sql */ `
+insert into ${s}.endpoints (id, url, description, event_types, like_patterns, secrets, secret_hint, created_at, updated_at)
+values ($1::uuid, $2, $3, $4::text[], $5::text[],
+        jsonb_build_array(jsonb_build_object('secret', $6::text, 'created_at', coalesce($8::timestamptz, now()), 'expires_at', null)),
+        $7, coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now()))
+returning ${ENDPOINT_COLUMNS}`,
+
+    endpointList: /* sql */ `
+select ${ENDPOINT_COLUMNS} from ${s}.endpoints
+where ($1::text is null or state = $1::text)
+order by created_at, id
+limit $2`,
+
+    endpointGet: /* sql */ `
+select ${ENDPOINT_COLUMNS} from ${s}.endpoints where id = $1::uuid`,
+
+    endpointUpdate: /* sql */ `
+update ${s}.endpoints
+set url = coalesce($2, url),
+    description = coalesce($3, description),
+    event_types = coalesce($4::text[], event_types),
+    like_patterns = coalesce($5::text[], like_patterns),
+    updated_at = coalesce($6::timestamptz, now())
+where id = $1::uuid
+returning ${ENDPOINT_COLUMNS}`,
+
+    // Enabling is a fresh start: failing and disabled fields are cleared. Disabling an endpoint
+    // that is already disabled keeps its original time.
+    endpointSetState: /* sql */ `
+update ${s}.endpoints
+set state = $2::text,
+    failing_since = case when $2::text = 'enabled' then null else failing_since end,
+    disabled_at = case when $2::text = 'enabled' then null
+                       when state = 'disabled' then disabled_at
+                       else coalesce($4::timestamptz, now()) end,
+    disabled_reason = case when $2::text = 'enabled' then null else $3::text end,
+    updated_at = coalesce($4::timestamptz, now())
+where id = $1::uuid
+returning ${ENDPOINT_COLUMNS}`,
+
+    // The new secret goes first; secrets still active stay valid until now + grace at the latest;
+    // expired ones are dropped, so the list stays as short as the rotations within one grace period.
+    endpointRotateSecret: /* sql */ `
+update ${s}.endpoints
+set secrets = jsonb_build_array(jsonb_build_object('secret', $2::text, 'created_at', coalesce($5::timestamptz, now()), 'expires_at', null))
+      || coalesce((
+        select jsonb_agg(
+                 case when x->>'expires_at' is null
+                        or (x->>'expires_at')::timestamptz > coalesce($5::timestamptz, now()) + $4::double precision * interval '1 millisecond'
+                      then jsonb_set(x, '{expires_at}', to_jsonb(coalesce($5::timestamptz, now()) + $4::double precision * interval '1 millisecond'))
+                      else x end
+                 order by ord)
+        from jsonb_array_elements(secrets) with ordinality as t(x, ord)
+        where ${ACTIVE('coalesce($5::timestamptz, now())')}
+      ), '[]'::jsonb),
+    secret_hint = $3,
+    updated_at = coalesce($5::timestamptz, now())
+where id = $1::uuid
+returning ${ENDPOINT_COLUMNS}`,
+
+    endpointDelete: /* sql */ `
+delete from ${s}.endpoints where id = $1::uuid returning 1`,
+
+    endpointGetForDelivery: /* sql */ `
+select id::text as id, url, state,
+       coalesce((select jsonb_agg(x->>'secret' order by ord)
+                 from jsonb_array_elements(secrets) with ordinality as t(x, ord)
+                 where ${ACTIVE('coalesce($2::timestamptz, now())')}), '[]'::jsonb) as secrets
+from ${s}.endpoints where id = $1::uuid`,
+
+    endpointDisableFailing: /* sql */ `
+with due as (
+  select id from ${s}.endpoints
+  where state = 'failing'
+    and failing_since <= coalesce($3::timestamptz, now()) - $1::double precision * interval '1 millisecond'
+  order by failing_since
+  limit $4
+  for update skip locked
+)
+update ${s}.endpoints e
+set state = 'disabled', disabled_at = coalesce($3::timestamptz, now()), disabled_reason = $2,
+    updated_at = coalesce($3::timestamptz, now())
+from due
+where e.id = due.id
+returning e.id::text as id`,
+
+    // The attempt row and the endpoint's health move together. The endpoint row is only written
+    // when its state really changes, so a healthy endpoint costs no update per delivery; one that
+    // was disabled meanwhile (by its owner or the health pass) stays disabled.
+    attemptRecord: /* sql */ `
+with attempt as (
+  insert into ${s}.webhook_attempts
+    (job_id, endpoint_id, event_id, webhook_id, attempt, at, status, duration_ms, outcome, response_excerpt, error)
+  values ($1::bigint, $2::uuid, $3::uuid, $4, $5, coalesce($12::timestamptz, now()), $6, $7, $8, $9, $10)
+  returning 1
+), health as (
+  update ${s}.endpoints e
+  set state = case $11::text when 'success' then 'enabled' when 'failure' then 'failing' else 'disabled' end,
+      failing_since = case $11::text when 'success' then null
+                                     when 'failure' then coalesce(e.failing_since, coalesce($12::timestamptz, now()))
+                                     else e.failing_since end,
+      disabled_at = case when $11::text = 'gone' then coalesce($12::timestamptz, now()) else e.disabled_at end,
+      disabled_reason = case when $11::text = 'gone' then $13::text else e.disabled_reason end,
+      updated_at = coalesce($12::timestamptz, now())
+  where e.id = $2::uuid
+    and e.state <> 'disabled'
+    and case $11::text when 'success' then e.state <> 'enabled' or e.failing_since is not null
+                       when 'failure' then e.state <> 'failing'
+                       when 'gone' then true
+                       else false end
+  returning e.state
+)
+select (select state from health) as state_changed_to, (select count(*) from attempt)::int as written`,
+
+    attemptListForEndpoint: /* sql */ `
+select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts
+where endpoint_id = $1::uuid and ($2::bigint is null or id < $2::bigint)
+order by id desc limit $3`,
+
+    attemptListForEvent: /* sql */ `
+select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts
+where event_id = $1::uuid and ($2::bigint is null or id < $2::bigint)
+order by id desc limit $3`,
+
+    attemptDeleteOlder: /* sql */ `
+with old as (
+  select id from ${s}.webhook_attempts
+  where at < coalesce($2::timestamptz, now()) - $1::double precision * interval '1 millisecond'
+  order by at
+  limit $3
+), gone as (
+  delete from ${s}.webhook_attempts a using old where a.id = old.id returning 1
+)
+select count(*)::int as n from gone`,
+
+    webhookJobInsert: /* sql */ `
+insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
+select e.id, 'webhook', ep.id::text, $3, $4, 0, 1, coalesce($5::timestamptz, now())
+from ${s}.events e, ${s}.endpoints ep
+where e.id = $1::uuid and ep.id = $2::uuid
+returning id::text as id`,
+
+    webhookJobGet: /* sql */ `
+select event_id::text as event_id, target from ${s}.jobs where id = $1::bigint and kind = 'webhook'`,
+  };
+}
+
+export type WebhookStatements = ReturnType<typeof webhookStatements>;

@@ -1,0 +1,28 @@
+// The seam between the worker and a delivery kind: what to claim, how long a run may take, how
+// to back off, and how to run one job. Handlers and webhooks are channels; a broker can be next.
+import type { Logger } from '../core/logger.js';
+import type { ClaimedJob, ClaimTarget, JobKind } from '../driver/types.js';
+
+/**
+ * succeeded: the worker completes the job (batched). committed: the channel already completed it
+ * in its own transaction. already-consumed: the effect had committed before; nothing ran.
+ * A channel signals failure by throwing: `permanent(…)` discards, `retryAfter(ms)` picks the next
+ * attempt's time, anything else retries after `backoffMs`.
+ */
+export type RunOutcome = 'succeeded' | 'committed' | 'already-consumed';
+
+export interface JobChannel {
+  readonly kind: JobKind;
+  /**
+   * What to claim this round with at most `free` slots. `running(target)` counts this channel's
+   * running jobs for one target, `running()` for all of them. Target '*' claims any target.
+   */
+  claimTargets(free: number, running: (target?: string) => number): ClaimTarget[];
+  /** The worker aborts the run's signal after this long. */
+  timeoutMs(job: ClaimedJob): number;
+  /** Delay before the next attempt after `job.attempt` failed with an ordinary error. */
+  backoffMs(job: ClaimedJob): number;
+  run(job: ClaimedJob, signal: AbortSignal, log: Logger): Promise<RunOutcome>;
+  /** Message for a run cut by the worker's timeout. */
+  timeoutMessage(job: ClaimedJob, timeoutMs: number): string;
+}

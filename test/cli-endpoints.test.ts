@@ -1,0 +1,110 @@
+// `rea endpoints …` through main(), as people and scripts run it: add prints the secret once,
+// list never does, enable/disable/rotate say what changed, test delivers a signed test event.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Webhook } from 'standardwebhooks';
+import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { z } from 'zod';
+import { main } from '../src/cli/main.js';
+import { defineEvents } from '../src/index.js';
+import { PG_URL, postgresTarget, testBus } from './helpers/db.js';
+import { receiver } from './helpers/http.js';
+
+const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
+const quiet = { relay: { enabled: false }, worker: { enabled: false } } as const;
+
+async function rea(...args: string[]): Promise<{ out: string; err: string; code: number }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const log = vi.spyOn(console, 'log').mockImplementation((...m: unknown[]) => void out.push(m.join(' ')));
+  const error = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void err.push(m.join(' ')));
+  const before = process.exitCode;
+  process.exitCode = undefined;
+  try {
+    await main(['node', 'rea', ...args]);
+    return { out: out.join('\n'), err: err.join('\n'), code: Number(process.exitCode ?? 0) };
+  } finally {
+    log.mockRestore();
+    error.mockRestore();
+    process.exitCode = before;
+  }
+}
+
+afterEach(() => vi.restoreAllMocks());
+
+describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
+  it('add, list, disable, enable, rotate, test and attempts, for people and with --json', async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema];
+    const r = await receiver();
+
+    const refused = await rea('endpoints', 'add', r.url, '--events', 'order.*', ...db);
+    expect(refused.code).toBe(2);
+    expect(refused.err).toMatch(/^rea: webhook URL refused \(host 127\.0\.0\.1\): resolves to loopback address 127\.0\.0\.1/);
+
+    const added = await rea('endpoints', 'add', r.url, '--events', 'order.*, order.created', '--description', 'warehouse', '--allow-private-networks', ...db);
+    expect(added.code).toBe(0);
+    const secret = /secret: (whsec_\S+)/.exec(added.out)![1]!;
+    const id = added.out.split(/\s+/)[0]!;
+    expect(added.out).toContain(`${id}  enabled  ${r.url}`);
+    expect(added.out).toContain(`events order.*, order.created · secret …${secret.slice(-4)} · warehouse`);
+    expect(added.out).toContain('(shown once: store it now');
+
+    const listed = await rea('endpoints', 'list', ...db);
+    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-4)} · warehouse`);
+    const json = await rea('endpoints', 'list', '--json', ...db);
+    expect(JSON.parse(json.out)).toMatchObject([{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-4) }]);
+    expect(json.out + listed.out).not.toContain(secret.slice(6));
+
+    const off = await rea('endpoints', 'disable', id, '--reason', 'receiver migration', ...db);
+    expect(off.out).toMatch(new RegExp(`^${id}  disabled  .*\\n.*\\n  disabled \\d{4}-.*Z: receiver migration$`));
+    expect((await rea('endpoints', 'list', '--state', 'disabled', '--json', ...db)).out).toContain(id);
+    expect((await rea('endpoints', 'enable', id, ...db)).out).toMatch(new RegExp(`^${id}  enabled  `));
+
+    const rotated = await rea('endpoints', 'rotate', id, '--json', ...db);
+    const after = JSON.parse(rotated.out) as { secret: string; secretHint: string };
+    expect(after.secret).toMatch(/^whsec_/);
+    expect(after.secret).not.toBe(secret);
+    expect(after.secretHint).toBe(after.secret.slice(-4));
+
+    const tested = await rea('endpoints', 'test', id, '--allow-private-networks', ...db);
+    expect(tested.code).toBe(0);
+    expect(tested.out).toMatch(/^success: HTTP 200 in \d+ ms\nresponse: ok\nwebhook-id msg_test_[0-9a-f]{32}$/);
+    const got = await r.nth(1);
+    // During the grace period both secrets sign; each verifies on its own.
+    expect(new Webhook(after.secret).verify(got.body, got.headers)).toMatchObject({ type: 'rea.endpoint.test' });
+    expect(new Webhook(secret).verify(got.body, got.headers)).toMatchObject({ type: 'rea.endpoint.test' });
+
+    const attempts = await rea('endpoints', 'attempts', id, ...db);
+    expect(attempts.out).toMatch(/^\d{4}-\S+Z {2}success {3}200 +\d+ ms {2}#1 test {2}ok$/);
+
+    const missing = await rea('endpoints', 'enable', '0190a4b2-0000-7000-8000-000000000000', ...db);
+    expect(missing).toMatchObject({ code: 2, err: 'rea: endpoint 0190a4b2-0000-7000-8000-000000000000 not found' });
+  });
+
+  it('test exits 1 when the endpoint does not answer 2xx', async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema];
+    const r = await receiver((_q, res) => res.writeHead(500).end('broken'));
+    const ep = await (await import('../src/index.js')).createBus({ database: { postgres: PG_URL }, schema: bus.schema, events, webhooks: { allowPrivateNetworks: true } });
+    onTestFinished(() => ep.stop());
+    const { id } = await ep.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const tested = await rea('endpoints', 'test', id, '--json', '--allow-private-networks', ...db);
+    expect(tested.code).toBe(1);
+    expect(JSON.parse(tested.out)).toMatchObject({ outcome: 'failure', status: 500, error: 'HTTP 500', responseExcerpt: 'broken' });
+  });
+});
+
+describe('endpoints CLI on a PGlite data directory', () => {
+  it('migrate, add and list', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rea-cli-endpoints-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    expect((await rea('migrate', '--pglite', dir)).code).toBe(0);
+    const added = await rea('endpoints', 'add', 'https://hooks.example.com/in', '--events', '*', '--json', '--pglite', dir);
+    const created = JSON.parse(added.out) as { id: string; secret: string };
+    expect(created.secret).toMatch(/^whsec_/);
+    const listed = await rea('endpoints', 'list', '--pglite', dir);
+    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-4)}`);
+  });
+});

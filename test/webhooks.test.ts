@@ -1,0 +1,426 @@
+// Webhooks end to end: endpoints, fan-out, signed delivery through real HTTP receivers, retries
+// and Retry-After, endpoint health, SSRF at create and at delivery, attempt log, resend/replay.
+import { Webhook } from 'standardwebhooks';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { webhookIdFor } from '../src/channels/webhook/channel.js';
+import { WebhookUrlRefusedError } from '../src/channels/webhook/errors.js';
+import { defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
+import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
+import { targets, testBus } from './helpers/db.js';
+import { receiver } from './helpers/http.js';
+
+const events = defineEvents({
+  'order.created': z.object({ orderNo: z.string() }),
+  'order.paid': z.object({ orderNo: z.string(), amount: z.number() }),
+  'user.signed_up': z.object({ email: z.string() }),
+});
+
+const DAY = 24 * 3600_000;
+// Poll fast so tests wait on signals, not on the 1 s idle poll.
+const fast = { relay: { maxPollMs: 20 }, worker: { maxPollMs: 20 } };
+const local = { ...fast, webhooks: { allowPrivateNetworks: true } };
+
+function capturingLogger(lines: string[]): Logger {
+  const make = (bindings: Record<string, unknown>): Logger => {
+    const write = (obj: object, msg?: string) => lines.push(JSON.stringify({ ...bindings, ...obj, msg }));
+    return { debug: write, info: write, warn: write, error: write, child: (b) => make({ ...bindings, ...b }) };
+  };
+  return make({});
+}
+
+describe.each(targets)('webhooks on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('a delivery is a signed POST of the envelope that standardwebhooks verifies; list/get never show the secret', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const other = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], description: 'orders' });
+    await bus.endpoints.create({ url: other.url, eventTypes: ['user.signed_up'] });
+    expect(ep.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(ep.secretHint).toBe(ep.secret.slice(-4));
+    expect(ep).toMatchObject({ state: 'enabled', eventTypes: ['order.*'], failingSince: null, description: 'orders' });
+    await bus.start();
+    const completed = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A-1' }, { subject: 'A-1' }));
+    const got = await r.nth(1);
+    const done = await completed;
+
+    const envelope = new Webhook(ep.secret).verify(got.body, got.headers) as Record<string, unknown>;
+    const stored = (await bus.events.get(eventId))!;
+    expect(envelope).toEqual({ id: eventId, type: 'order.created', subject: 'A-1', timestamp: stored.createdAt.toISOString(), data: { orderNo: 'A-1' } });
+    expect(got.headers['webhook-id']).toBe(webhookIdFor(eventId, done.jobId));
+    expect(got.headers['content-type']).toBe('application/json');
+    expect(other.received).toHaveLength(0); // not subscribed to order events
+
+    const [job] = (await bus.jobs.forEvent(eventId)).filter((j) => j.kind === 'webhook');
+    expect(job).toMatchObject({ target: ep.id, state: 'completed', maxAttempts: 18, coalesced: 1 });
+    const leaseMs = (await target.query(`select lease_ms from "${bus.schema}".jobs where id = $1`, [job!.id]))[0].lease_ms;
+    expect(leaseMs).toBeGreaterThan(15_000);
+
+    const listed = await bus.endpoints.list();
+    const fetched = await bus.endpoints.get(ep.id);
+    expect(listed).toHaveLength(2);
+    expect(JSON.stringify([listed, fetched])).not.toContain(ep.secret.slice(6, 30));
+    expect(Object.keys(fetched!)).not.toContain('secret');
+  });
+
+  test('every event is its own delivery: no coalescing, one job per (event, endpoint)', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    await bus.endpoints.create({ url: r.url, eventTypes: ['*'] });
+    const ids = await bus.transaction((tx) => bus.recordMany(tx, [1, 2, 3].map((n) => ({ type: 'order.paid' as const, payload: { orderNo: 'S', amount: n }, subject: 'S' }))));
+    await bus.relayOnce();
+    for (const id of ids) expect((await bus.jobs.forEvent(id)).map((j) => [j.kind, j.coalesced])).toEqual([['webhook', 1]]);
+  });
+
+  test('rotateSecret: two signatures during the grace period, each verifying alone; then only the new one', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const rotated = await bus.endpoints.rotateSecret(ep.id);
+    expect(rotated.secret).not.toBe(ep.secret);
+    expect(rotated.secretHint).toBe(rotated.secret.slice(-4));
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'R' }));
+    const first = await r.nth(1);
+    expect(first.headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    expect(new Webhook(ep.secret).verify(first.body, first.headers)).toMatchObject({ type: 'order.created' });
+    expect(new Webhook(rotated.secret).verify(first.body, first.headers)).toMatchObject({ type: 'order.created' });
+
+    const again = await bus.endpoints.rotateSecret(rotated.id, { graceMs: 0 });
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'R2' }));
+    const second = await r.nth(2);
+    expect(second.headers['webhook-signature']!.split(' ')).toHaveLength(1);
+    expect(new Webhook(again.secret).verify(second.body, second.headers)).toBeTruthy();
+    expect(() => new Webhook(rotated.secret).verify(second.body, second.headers)).toThrow();
+  });
+
+  test('a failure retries after attempt⁴ s ±10 % with the same webhook-id; the endpoint turns failing, then enabled on success', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver((_q, res, n) => res.writeHead(n === 1 ? 500 : 200).end(n === 1 ? 'db down' : 'ok'));
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const toFailing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    const completed = bus.lifecycle.waitFor('job:completed', undefined, 15_000);
+    const toEnabled = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'enabled', 15_000);
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'F' }));
+    const f = await failed;
+    const failedAt = Date.now();
+    expect(f.error).toBe('HTTP 500');
+    const delay = f.retryAt!.getTime() - failedAt;
+    expect(delay).toBeGreaterThan(900 - 200);
+    expect(delay).toBeLessThanOrEqual(1100);
+    expect((await toFailing).endpointId).toBe(ep.id);
+    const failing = (await bus.endpoints.get(ep.id))!;
+    expect(failing.state).toBe('failing');
+    expect(failing.failingSince).toBeInstanceOf(Date);
+
+    expect((await completed).attempt).toBe(2);
+    await toEnabled;
+    expect(r.received.map((x) => x.headers['webhook-id'])).toEqual([webhookIdFor(eventId, f.jobId), webhookIdFor(eventId, f.jobId)]);
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ state: 'enabled', failingSince: null });
+
+    const attempts = await bus.endpoints.attempts(ep.id);
+    expect(attempts.map((a) => [a.attempt, a.outcome, a.status, a.responseExcerpt])).toEqual([[2, 'success', 200, 'ok'], [1, 'failure', 500, 'db down']]);
+    expect(attempts.every((a) => a.deliveryId === f.jobId && a.eventId === eventId && a.durationMs >= 0)).toBe(true);
+    expect((await bus.events.attempts(eventId)).map((a) => a.id)).toEqual(attempts.map((a) => a.id));
+  });
+
+  test('429 with Retry-After schedules the next attempt then, and says so in the job', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver((_q, res) => res.writeHead(429, { 'retry-after': '120' }).end());
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'T' }));
+    const f = await failed;
+    const delay = f.retryAt!.getTime() - Date.now();
+    expect(delay).toBeGreaterThan(115_000);
+    expect(delay).toBeLessThanOrEqual(120_000);
+    const [job] = await bus.jobs.forEvent(eventId);
+    expect(job!.state).toBe('retryable');
+    expect(job!.scheduledAt.getTime()).toBe(f.retryAt!.getTime());
+    expect(job!.errors[0]!.message).toBe('HTTP 429; Retry-After 120 s');
+  });
+
+  test('410 Gone disables the endpoint at once, discards the delivery, and fan-out skips it afterwards', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver((_q, res) => res.writeHead(410).end('unsubscribed'));
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const disabled = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'disabled');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'G' }));
+    expect((await discarded).attempt).toBe(1);
+    expect(await disabled).toMatchObject({ endpointId: ep.id, reason: 'the endpoint answered 410 Gone' });
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ state: 'disabled', disabledReason: 'the endpoint answered 410 Gone' });
+    expect((await bus.endpoints.list({ state: 'disabled' })).map((e) => e.id)).toEqual([ep.id]);
+
+    const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
+    const later = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'G', amount: 1 }));
+    expect((await fanned).jobs).toBe(0);
+    expect(await bus.jobs.forEvent(later)).toEqual([]);
+  });
+
+  test('disabled endpoints get no new jobs, queued ones are discarded, and enable() brings deliveries back', async () => {
+    const bus = await testBus(target, events, { ...local, worker: { enabled: false } });
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const queued = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'Q' }));
+    await bus.relayOnce();
+    expect(await bus.jobs.forEvent(queued)).toHaveLength(1);
+    const off = await bus.endpoints.disable(ep.id, { reason: 'maintenance window' });
+    expect(off).toMatchObject({ state: 'disabled', disabledReason: 'maintenance window' });
+    expect(off.disabledAt).toBeInstanceOf(Date);
+    const skipped = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'Q2' }));
+    await bus.relayOnce();
+    expect(await bus.jobs.forEvent(skipped)).toEqual([]);
+    await expect(bus.events.replay(skipped, { endpointId: ep.id })).rejects.toThrow(/is disabled; enable it/);
+
+    const on = await bus.endpoints.enable(ep.id);
+    expect(on).toMatchObject({ state: 'enabled', disabledAt: null, disabledReason: null, failingSince: null });
+    const back = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'Q3' }));
+    await bus.relayOnce();
+    expect(await bus.jobs.forEvent(back)).toHaveLength(1);
+  });
+
+  test('a job queued before its endpoint was disabled is discarded without a request', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'D' }));
+    await bus.relayOnce();
+    await bus.endpoints.disable(ep.id);
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    await bus.start();
+    expect((await discarded).error).toBe(`endpoint ${ep.id} is disabled`);
+    expect(r.received).toHaveLength(0);
+    expect(await bus.events.attempts(eventId)).toEqual([]);
+  });
+
+  test('while an endpoint is failing, its new deliveries are scheduled 5 minutes out', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver((_q, res) => res.writeHead(500).end());
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    await bus.start();
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'W' }));
+    await failing;
+    const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
+    const before = Date.now();
+    const next = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'W', amount: 2 }));
+    await fanned;
+    const [job] = await bus.jobs.forEvent(next);
+    expect(job).toMatchObject({ target: ep.id, state: 'available', attempt: 0 });
+    const wait = job!.scheduledAt.getTime() - before;
+    expect(wait).toBeGreaterThan(5 * 60_000 - 2000);
+    expect(wait).toBeLessThan(5 * 60_000 + 5000);
+  });
+
+  test('an endpoint failing for 5 days is disabled by the health pass, with its reason (injected clock)', async () => {
+    const clock = new ManualClock(Date.UTC(2025, 2, 1, 12));
+    const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, healthIntervalMs: 20 } });
+    const r = await receiver((_q, res) => res.writeHead(502).end());
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'H' }));
+    await failing;
+    expect((await bus.endpoints.get(ep.id))!.failingSince!.getTime()).toBe(clock.now().getTime());
+
+    // A pass run by hand just before the 5 days are up leaves it alone.
+    const health = new EndpointHealth(bus.driver, { intervalMs: 60_000, disableAfterMs: 5 * DAY, batchSize: 10 }, { clock, lifecycle: bus.lifecycle });
+    clock.advance(5 * DAY - 60_000);
+    expect(await health.runOnce()).toEqual({ disabled: [] });
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('failing');
+
+    // The leader's own pass (every 20 ms here) disables it once they are.
+    const disabled = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'disabled');
+    clock.advance(120_000);
+    expect((await disabled).endpointId).toBe(ep.id);
+    const row = (await bus.endpoints.get(ep.id))!;
+    expect(row).toMatchObject({ state: 'disabled', disabledReason: 'no successful delivery for 5 days; re-enable it once the receiver works' });
+    expect(row.disabledAt!.getTime()).toBe(clock.now().getTime());
+  });
+
+  test('an endpoint that hangs is cut at the timeout; its lease outlives the cut, so no rescue sends it twice', async () => {
+    const bus = await testBus(target, events, {
+      ...local, worker: { maxPollMs: 20, leaseMarginMs: 100 }, rescuer: { intervalMs: 20 },
+      webhooks: { allowPrivateNetworks: true, timeoutMs: 400 },
+    });
+    const r = await receiver(() => {}); // never answers
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    let rescued = 0;
+    bus.lifecycle.on('jobs:rescued', (e) => (rescued += e.rescued));
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const started = Date.now();
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'slow' }));
+    const f = await failed;
+    expect(Date.now() - started).toBeGreaterThanOrEqual(390);
+    expect(f.error).toBe('timed out after 400 ms');
+    expect(r.received).toHaveLength(1);
+    expect(rescued).toBe(0);
+    const lease = (await target.query(`select lease_ms from "${bus.schema}".jobs where event_id = $1`, [eventId]))[0].lease_ms;
+    expect(lease).toBeGreaterThan(400 + 2000);
+    const [attempt] = await bus.events.attempts(eventId);
+    expect(attempt).toMatchObject({ outcome: 'failure', status: null, error: 'timed out after 400 ms' });
+  });
+
+  test('a huge response is cut at 64 KiB: the delivery succeeds and the receiver sees the connection dropped', async () => {
+    const bus = await testBus(target, events, local);
+    let finished: boolean | undefined;
+    let onClose!: () => void;
+    const closed = new Promise<void>((resolve) => (onClose = resolve));
+    const r = await receiver((_q, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      const chunk = Buffer.alloc(64 * 1024, 'x');
+      let sent = 0;
+      const pump = () => {
+        while (sent < 10 * 1024 * 1024 && !res.destroyed) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', pump);
+        }
+        if (!res.destroyed) res.end();
+      };
+      res.on('close', () => {
+        finished = res.writableFinished;
+        onClose();
+      });
+      pump();
+    });
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const completed = bus.lifecycle.waitFor('job:completed');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'big' }));
+    await completed;
+    await closed;
+    expect(finished).toBe(false); // 10 MiB offered, the connection dropped long before
+    const [attempt] = await bus.events.attempts(eventId);
+    expect(attempt!.outcome).toBe('success');
+    expect(attempt!.responseExcerpt).toBe('x'.repeat(1024));
+  });
+
+  test('SSRF: literal refused URLs are typed errors at create; a name resolving to a private address fails for good without a request', async () => {
+    const lines: string[] = [];
+    const bus = await testBus(target, events, {
+      ...fast, logger: capturingLogger(lines),
+      webhooks: { resolve: async () => [{ address: '10.1.2.3', family: 4 }] },
+    });
+    for (const url of ['http://127.0.0.1/hook', 'http://2130706433/', 'http://0x7f.1/', 'http://[::ffff:127.0.0.1]/', 'http://169.254.169.254/latest', 'http://localhost:8080/', 'ftp://example.com/', 'http://user:pw@example.com/']) {
+      await expect(bus.endpoints.create({ url, eventTypes: ['order.created'] }), url).rejects.toBeInstanceOf(WebhookUrlRefusedError);
+    }
+    expect(await bus.endpoints.list()).toEqual([]);
+
+    const ep = await bus.endpoints.create({ url: 'http://hooks.example.test/in', eventTypes: ['order.created'] });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'S' }));
+    const d = await discarded;
+    expect(d.attempt).toBe(1);
+    expect(d.error).toMatch(/refused.*private address 10\.1\.2\.3/);
+    const [attempt] = await bus.events.attempts(eventId);
+    expect(attempt).toMatchObject({ outcome: 'refused', status: null, endpointId: ep.id });
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('failing');
+    expect(lines.join('\n')).not.toContain(ep.secret.slice(6, 30));
+  });
+
+  test('resend and replay are new deliveries with a new webhook-id and the same event id', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    await bus.start();
+    const completed = bus.lifecycle.waitFor('job:completed');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'RS' }));
+    const first = await completed;
+
+    const resent = await bus.deliveries.resend(first.jobId);
+    expect(resent).toMatchObject({ eventId, endpointId: ep.id });
+    expect(resent.deliveryId).not.toBe(first.jobId);
+    const second = await r.nth(2);
+    expect(second.headers['webhook-id']).toBe(resent.webhookId);
+
+    const replayed = await bus.events.replay(eventId, { endpointId: ep.id });
+    const third = await r.nth(3);
+    expect(third.headers['webhook-id']).toBe(replayed.webhookId);
+    const ids = r.received.map((x) => x.headers['webhook-id']);
+    expect(new Set(ids).size).toBe(3);
+    expect(r.received.map((x) => (JSON.parse(x.body) as { id: string }).id)).toEqual([eventId, eventId, eventId]);
+
+    const other = await bus.endpoints.create({ url: r.url, eventTypes: ['user.*'] });
+    await expect(bus.events.replay(eventId, { endpointId: other.id })).rejects.toThrow(/does not subscribe to 'order.created'/);
+    await expect(bus.deliveries.resend('999999999')).rejects.toBeInstanceOf(NotFoundError);
+    await expect(bus.events.replay('0190a4b2-0000-7000-8000-000000000000', { endpointId: ep.id })).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  test('attempt log retention deletes attempts older than 7 days, in batches (injected clock)', async () => {
+    const clock = new ManualClock(Date.UTC(2025, 5, 1));
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const done = new Promise<void>((resolve) => {
+      let n = 0;
+      bus.lifecycle.on('job:completed', () => ++n === 3 && resolve());
+    });
+    await bus.transaction((tx) => bus.recordMany(tx, ['a', 'b', 'c'].map((o) => ({ type: 'order.created' as const, payload: { orderNo: o } }))));
+    await done;
+    expect(await bus.endpoints.attempts(ep.id)).toHaveLength(3);
+    const retention = new AttemptRetention(bus.driver, { intervalMs: 60_000, olderThanMs: 7 * DAY, batchSize: 2, pauseMs: 0 }, { clock, lifecycle: bus.lifecycle });
+    clock.advance(7 * DAY - 1000);
+    expect(await retention.runOnce()).toEqual({ deleted: 0 });
+    clock.advance(2000);
+    expect(await retention.runOnce()).toEqual({ deleted: 3 });
+    expect(await bus.endpoints.attempts(ep.id)).toEqual([]);
+  });
+
+  test('endpoint input errors are typed and name the field; secrets never appear in logs, errors or job history', async () => {
+    const lines: string[] = [];
+    const bus = await testBus(target, events, { ...local, logger: capturingLogger(lines) });
+    const r = await receiver((_q, res) => res.writeHead(500).end('nope'));
+    await expect(bus.endpoints.create({ url: r.url, eventTypes: [] })).rejects.toThrow(OptionsError);
+    await expect(bus.endpoints.create({ url: r.url, eventTypes: ['ordr.*'] })).rejects.toBeInstanceOf(UnknownEventTypeError);
+    await expect(bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: 'whsec_c2hvcnQ=' })).rejects.toThrow(/invalid webhook secret: decodes to \d+ bytes/);
+    await expect(bus.endpoints.update('not-an-id', { description: 'x' })).rejects.toBeInstanceOf(NotFoundError);
+    const given = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: given });
+    expect(ep.secret).toBe(given);
+    const updated = await bus.endpoints.update(ep.id, { description: 'renamed', eventTypes: ['order.created'] });
+    expect(updated).toMatchObject({ description: 'renamed', eventTypes: ['order.created'] });
+
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'X' }));
+    await failed;
+    const everything = JSON.stringify([lines, await bus.jobs.forEvent(eventId), await bus.events.attempts(eventId), await bus.endpoints.list()]);
+    expect(everything).not.toContain(given.slice(6));
+    expect(await bus.endpoints.delete(ep.id)).toBe(true);
+    expect(await bus.endpoints.get(ep.id)).toBeNull();
+    expect(await bus.endpoints.delete(ep.id)).toBe(false);
+  });
+
+  test('endpoints.test sends one signed test delivery, logs it, and leaves the state alone', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver((_q, res) => res.writeHead(503).end('down'));
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const result = await bus.endpoints.test(ep.id);
+    expect(result).toMatchObject({ outcome: 'failure', status: 503, responseExcerpt: 'down', error: 'HTTP 503' });
+    const got = await r.nth(1);
+    expect(new Webhook(ep.secret).verify(got.body, got.headers)).toMatchObject({ type: 'rea.endpoint.test' });
+    expect(got.headers['webhook-id']).toBe(result.webhookId);
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
+    expect((await bus.endpoints.attempts(ep.id)).map((a) => [a.deliveryId, a.outcome])).toEqual([[null, 'failure']]);
+  });
+});
+
+describe('webhook options', () => {
+  it('a bad allowlist entry is an OptionsError naming the field', async () => {
+    const { createBus } = await import('../src/index.js');
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, webhooks: { allowlist: ['10.0.0.0/99'] } })).toThrow(/createBus\.webhooks\.allowlist\[0\]/);
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, webhooks: { timeoutMs: -1 } as never })).toThrow(/webhooks\.timeoutMs/);
+  });
+});
