@@ -23,6 +23,8 @@ export type { Driver, EventRow, JobRow, JobState, Queryable } from './driver/typ
 export type { EventState, EventSummary, JobSummary } from './driver/admin.js';
 export type { EventListFilter, JobListFilter, Page } from './core/filters.js';
 export { uuidv7 } from './core/uuid.js';
+export type { Alert, AlertEvaluator, AlertThresholds } from './admin/alerts.js';
+export type { AppTableRetention, RetentionReport, RetentionRuleReport } from './maintenance/retention.js';
 export { createAdminHandler } from './admin/handler.js';
 export type { AdminHandler, AdminHandlerOptions } from './admin/handler.js';
 export { AdminCredentialsMissingError } from './admin/auth.js';
