@@ -29,3 +29,8 @@ export { createAdminHandler } from './admin/handler.js';
 export type { AdminHandler, AdminHandlerOptions } from './admin/handler.js';
 export { AdminCredentialsMissingError } from './admin/auth.js';
 export type { AdminAuth } from './admin/auth.js';
+export { WebhookSecretError, WebhookUrlRefusedError } from './channels/webhook/errors.js';
+export { verifyPayload } from './channels/webhook/signature.js';
+export type { WebhookEnvelope, WebhookOptions } from './channels/webhook/channel.js';
+export type { Endpoint, EndpointChanges, EndpointInput, EndpointWithSecret, NewDelivery, WebhookAttempt } from './channels/webhook/endpoints.js';
+export type { EndpointState } from './driver/webhooks.js';

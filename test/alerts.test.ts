@@ -20,6 +20,8 @@ function facts(over: Partial<OverviewFacts> = {}, jobs: Partial<Record<JobState,
     poisonedSince: null,
     jobs: Object.fromEntries(JOB_STATES.map((s) => [s, { value: jobs[s] ?? 0, estimated: false }])) as OverviewFacts['jobs'],
     discardedSince: null,
+    endpointsDisabled: 0,
+    endpointsDisabledSince: null,
     tables: [],
     ...over,
   };
@@ -69,16 +71,25 @@ describe('alerts', () => {
   it('thresholds are configurable and -1 turns an alert off', () => {
     const f = facts({ backlog: { value: 50, estimated: false }, oldestUnfannedAt: at(3_600_000), poisoned: { value: 1, estimated: false } }, { discarded: 5 });
     expect(names(f)).toEqual(['events_backlog', 'events_poisoned', 'jobs_discarded']);
-    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10 })).toEqual(['events_backlog']);
-    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5 })).toEqual([]);
+    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10, endpointsDisabled: 0 })).toEqual(['events_backlog']);
+    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5, endpointsDisabled: 0 })).toEqual([]);
   });
 
   it('the registry is extensible: an extra evaluator is evaluated in order after the built-ins', () => {
     const extra: AlertEvaluator = {
-      name: 'endpoint_disabled',
-      evaluate: () => ({ name: 'endpoint_disabled', figure: 1, threshold: 0, unit: 'endpoints', since: at(1), estimated: false, message: '1 endpoint disabled' }),
+      name: 'custom',
+      evaluate: () => ({ name: 'custom', figure: 1, threshold: 0, unit: 'jobs', since: at(1), estimated: false, message: 'custom' }),
     };
     const alerts = evaluateAlerts(facts({ poisoned: { value: 1, estimated: false } }), thresholds, NOW, [...alertEvaluators, extra]);
-    expect(alerts.map((a) => a.name)).toEqual(['events_poisoned', 'endpoint_disabled']);
+    expect(alerts.map((a) => a.name)).toEqual(['events_poisoned', 'custom']);
+  });
+
+  it('endpoint_disabled fires for any disabled webhook endpoint, since the earliest disable; -1 turns it off', () => {
+    const f = facts({ endpointsDisabled: 2, endpointsDisabledSince: at(60_000) });
+    const [a] = evaluateAlerts(f, thresholds, NOW);
+    expect(a).toMatchObject({ name: 'endpoint_disabled', figure: 2, threshold: 0, unit: 'endpoints', since: at(60_000), estimated: false });
+    expect(a!.message).toBe('2 disabled webhook endpoints (nothing is enqueued for them): fix the receiver, then `rea endpoints enable <id>`');
+    expect(names(f, { ...thresholds, endpointsDisabled: -1 })).toEqual([]);
+    expect(names(f, { ...thresholds, endpointsDisabled: 2 })).toEqual([]);
   });
 });

@@ -4,7 +4,7 @@ import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
-import { WebhookUrlRefusedError } from '../src/channels/webhook/errors.js';
+import { WebhookUrlRefusedError } from '../src/index.js';
 import { defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
@@ -159,6 +159,10 @@ describe.each(targets)('webhooks on $name', (target) => {
     expect(await disabled).toMatchObject({ endpointId: ep.id, reason: 'the endpoint answered 410 Gone' });
     expect(await bus.endpoints.get(ep.id)).toMatchObject({ state: 'disabled', disabledReason: 'the endpoint answered 410 Gone' });
     expect((await bus.endpoints.list({ state: 'disabled' })).map((e) => e.id)).toEqual([ep.id]);
+    const alert = (await bus.overview()).alerts.find((a) => a.name === 'endpoint_disabled');
+    expect(alert).toMatchObject({ figure: 1, threshold: 0, unit: 'endpoints', estimated: false });
+    expect(alert!.since).toBeInstanceOf(Date);
+    expect(alert!.message).toMatch(/^1 disabled webhook endpoint \(nothing is enqueued for them\)/);
 
     const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
     const later = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'G', amount: 1 }));

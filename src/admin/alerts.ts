@@ -28,6 +28,7 @@ export interface AlertThresholds {
   eventsBacklogAgeMs: number;
   eventsPoisoned: number;
   jobsDiscarded: number;
+  endpointsDisabled: number;
 }
 
 export interface AlertEvaluator {
@@ -92,7 +93,20 @@ export const jobsDiscardedAlert: AlertEvaluator = {
  * put its facts on OverviewFacts (driver/operations.ts, filled by the driver's overviewFacts),
  * its threshold on AlertThresholds (with a named default in core/options.ts), and its evaluator here.
  */
-export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert];
+export const endpointDisabledAlert: AlertEvaluator = {
+  name: 'endpoint_disabled',
+  evaluate(f, t) {
+    const n = f.endpointsDisabled;
+    if (!on(t.endpointsDisabled) || n <= t.endpointsDisabled) return null;
+    return {
+      name: 'endpoint_disabled', figure: n, threshold: t.endpointsDisabled, unit: 'endpoints',
+      since: f.endpointsDisabledSince, estimated: false,
+      message: `${n} disabled webhook endpoint${n === 1 ? '' : 's'} (nothing is enqueued for them): fix the receiver, then \`rea endpoints enable <id>\``,
+    };
+  },
+};
+
+export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert, endpointDisabledAlert];
 
 export function evaluateAlerts(
   facts: OverviewFacts,

@@ -107,6 +107,8 @@ export const DEFAULTS = {
     eventsPoisoned: 0,
     /** jobs_discarded: any discarded job. */
     jobsDiscarded: 0,
+    /** endpoint_disabled: any webhook endpoint disabled (by 410, the 5-day health rule, or its owner). */
+    endpointsDisabled: 0,
   },
   overview: {
     /** Counts are exact up to this many rows, planner estimates beyond (and marked as such). */
@@ -189,6 +191,7 @@ export const busOptionsSchema = z.object({
     eventsBacklogAgeMs: threshold.optional(),
     eventsPoisoned: threshold.optional(),
     jobsDiscarded: threshold.optional(),
+    endpointsDisabled: threshold.optional(),
   }).strict().optional(),
   overview: z.object({ exactCountLimit: positiveInt.max(10_000_000).optional() }).strict().optional(),
 });

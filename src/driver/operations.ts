@@ -36,6 +36,9 @@ export interface OverviewFacts {
   jobs: Record<JobState, CountFigure>;
   /** The earliest finalized_at among discarded jobs still present. */
   discardedSince: Date | null;
+  /** Webhook endpoints in state disabled (few rows: always exact), and the earliest disabled_at among them. */
+  endpointsDisabled: number;
+  endpointsDisabledSince: Date | null;
   /** Every table in rea's schema with pg_total_relation_size (heap, indexes and TOAST), in bytes. */
   tables: { name: string; totalBytes: number }[];
 }

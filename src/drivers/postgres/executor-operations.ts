@@ -76,6 +76,8 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       poisonedSince: r.poisoned_since ?? null,
       jobs,
       discardedSince: r.discarded_since ?? null,
+      endpointsDisabled: Number(r.endpoints_disabled ?? 0),
+      endpointsDisabledSince: r.endpoints_disabled_since ?? null,
       tables: sizes.rows.map((t) => ({ name: t.name as string, totalBytes: Number(t.total_bytes) })),
     };
   }

@@ -135,7 +135,9 @@ select
   ${capped(`${s}.jobs`, `state = 'completed' and finalized_at is not null`)} as completed,
   ${capped(`${s}.jobs`, `state = 'discarded' and finalized_at is not null`)} as discarded,
   ${capped(`${s}.jobs`, `state = 'cancelled' and finalized_at is not null`)} as cancelled,
-  (select min(finalized_at) from ${s}.jobs where state = 'discarded' and finalized_at is not null) as discarded_since`,
+  (select min(finalized_at) from ${s}.jobs where state = 'discarded' and finalized_at is not null) as discarded_since,
+  (select count(*) from ${s}.endpoints where state = 'disabled')::int as endpoints_disabled,
+  (select min(disabled_at) from ${s}.endpoints where state = 'disabled') as endpoints_disabled_since`,
 
     /** The planner's row estimate for one figure, used once the exact count passed the limit. */
     estimate: {
