@@ -4,7 +4,7 @@
 // errors to JSON.
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { OptionsError } from '../core/errors.js';
+import { OptionsError, ReaError } from '../core/errors.js';
 import { Authenticator, isLoopbackAddress, isLoopbackHost, parseCookies, requestOrigin, resolveAuth, SESSION_COOKIE, type AdminAuth, type Principal } from './auth.js';
 import { errorResponse, forbidden, HttpError, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
 import { layout, html, type PageContext } from './html.js';
@@ -112,9 +112,9 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
       const result = await route.handle(ctx);
       return send(res, result, wantsForm ? returnPath(body, base) : null);
     } catch (err) {
-      if (!(err instanceof HttpError) && !(err instanceof Error && 'code' in err)) {
-        bus.driver && console.error('rea admin: request failed', err); // an unexpected error: keep it for the operator
-      }
+      // Expected refusals (HttpError, rea's typed errors) are the client's business; anything
+      // else is a bug or an outage the operator should see, while the client gets no internals.
+      if (!(err instanceof HttpError) && !(err instanceof ReaError)) console.error('rea admin: request failed', err);
       const { status, body } = errorResponse(err);
       if (status === 401) res.setHeader('WWW-Authenticate', 'Bearer realm="rea admin"');
       if (route.kind === 'page' && !wantsForm) {

@@ -17,14 +17,19 @@ export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 20
     timer = setTimeout(() => reject(new Error('health check timed out')), timeoutMs);
   });
   try {
-    const lease = await Promise.race([bus.driver.admin.ping().then(() => bus.driver.admin.leaderGet()), timeout]);
+    try {
+      await Promise.race([bus.driver.admin.ping(), timeout]);
+    } catch {
+      // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
+      return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null };
+    }
+    // The database answers but the lease cannot be read: not migrated, or no permission.
+    const lease = await Promise.race([bus.driver.admin.leaderGet(), timeout]).catch(() => undefined);
+    if (lease === undefined) return { status: 'unavailable', database: 'up', leader: 'unknown', leaderExpiredAgoMs: null };
     if (!lease) return { status: 'unavailable', database: 'up', leader: 'none', leaderExpiredAgoMs: null };
     const ago = lease.readAt.getTime() - lease.expiresAt.getTime();
     const seen = ago <= graceMs;
     return { status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale', leaderExpiredAgoMs: ago };
-  } catch {
-    // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
-    return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null };
   } finally {
     clearTimeout(timer);
   }

@@ -117,10 +117,11 @@ export function bytes(n: number): string {
   return `${(n / 1024 ** 3).toFixed(2)} GiB`;
 }
 
-/** A table that turns into stacked cards on a narrow screen (each cell labelled by data-label). */
-export function table(headers: string[], rows: Part[][], empty = 'Nothing here.'): Safe {
+/** A table that turns into stacked cards on a narrow screen (each cell labelled by data-label);
+ *  a compact one (two short columns) stays a table. */
+export function table(headers: string[], rows: Part[][], empty = 'Nothing here.', opts: { compact?: boolean } = {}): Safe {
   if (rows.length === 0) return html`<p class="empty">${empty}</p>`;
-  return html`<div class="table"><table><thead><tr>${headers.map((h) => html`<th>${h}</th>`)}</tr></thead><tbody>${rows.map((r) => html`<tr>${r.map((c, i) => html`<td data-label="${headers[i] ?? ''}">${c}</td>`)}</tr>`)}</tbody></table></div>`;
+  return html`<div class="table${opts.compact ? ' compact' : ''}"><table><thead><tr>${headers.map((h) => html`<th>${h}</th>`)}</tr></thead><tbody>${rows.map((r) => html`<tr>${r.map((c, i) => html`<td data-label="${headers[i] ?? ''}">${c}</td>`)}</tr>`)}</tbody></table></div>`;
 }
 
 export function prettyJson(value: unknown): string {
@@ -218,13 +219,14 @@ form.inline { display:inline; margin:0 .25rem .25rem 0; }
   main { padding:.75rem; }
   .grid2 { grid-template-columns:1fr; }
   .auto { margin-left:0; }
-  .table { border:0; background:none; }
-  table, thead, tbody, tr, td { display:block; width:100%; }
-  thead { display:none; }
-  tr { background:var(--card); border:1px solid var(--line); border-radius:8px; margin-bottom:.6rem; padding:.3rem 0; }
-  td { border:0; padding:.25rem .7rem; display:grid; grid-template-columns:7.5rem 1fr; gap:.5rem; }
-  td::before { content:attr(data-label); color:var(--muted); font-size:.78rem; text-transform:uppercase; }
-  td.num { text-align:left; }
+  .tiles { grid-template-columns:1fr 1fr; gap:.5rem; }
+  .tile .n { font-size:1.3rem; }
+  .table:not(.compact) { border:0; background:none; }
+  .table:not(.compact) :is(table, thead, tbody, tr, td) { display:block; width:100%; }
+  .table:not(.compact) thead { display:none; }
+  .table:not(.compact) tr { background:var(--card); border:1px solid var(--line); border-radius:8px; margin-bottom:.6rem; padding:.3rem 0; }
+  .table:not(.compact) td { border:0; padding:.25rem .7rem; display:grid; grid-template-columns:7.5rem 1fr; gap:.5rem; }
+  .table:not(.compact) td::before { content:attr(data-label); color:var(--muted); font-size:.78rem; text-transform:uppercase; }
   .preview { max-width:100%; white-space:normal; word-break:break-all; }
   dl { grid-template-columns:1fr; }
   dt { margin-top:.4rem; }

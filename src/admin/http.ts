@@ -18,8 +18,6 @@ export const badRequest = (parameter: string, problem: string) =>
 export const notFound = (what: string) => new HttpError(404, 'ERR_NOT_FOUND', `${what} not found`);
 export const forbidden = (why: string) => new HttpError(403, 'ERR_FORBIDDEN', why);
 export const unauthorized = (why: string) => new HttpError(401, 'ERR_UNAUTHORIZED', why);
-export const notAvailable = (what: string) =>
-  new HttpError(501, 'ERR_NOT_AVAILABLE', `${what} is not available in this version of rea`);
 
 export type Body = { kind: 'json'; value: unknown } | { kind: 'form'; value: URLSearchParams } | { kind: 'none' };
 

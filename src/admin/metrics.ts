@@ -3,7 +3,6 @@
 // at scrape time; handler durations and delivery outcomes are counted from this process's
 // lifecycle signals.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { adminOverview } from './overview.js';
 import type { AdminBus } from './route.js';
 
 export class AdminMetrics {
@@ -29,16 +28,14 @@ export class AdminMetrics {
 
   constructor(private readonly bus: AdminBus) {
     this.offs.push(bus.lifecycle.on('job:completed', (e) => {
-      this.durations.observe({ handler: e.handler, kind: (e as { kind?: string }).kind ?? 'handler' }, e.durationMs / 1000);
+      this.durations.observe({ handler: e.handler, kind: e.kind ?? 'handler' }, e.durationMs / 1000);
     }));
-    // Issue 4's signal; subscribing by name keeps this working before and after it exists.
-    const on = bus.lifecycle.on.bind(bus.lifecycle) as unknown as (name: string, fn: (e: { outcome: string }) => void) => () => void;
-    this.offs.push(on('webhook:attempt', (e) => this.deliveries.inc({ outcome: e.outcome })));
+    this.offs.push(bus.lifecycle.on('webhook:attempt', (e) => this.deliveries.inc({ outcome: e.outcome })));
     for (const outcome of ['success', 'failure', 'gone', 'throttled', 'refused']) this.deliveries.inc({ outcome }, 0);
   }
 
   async render(): Promise<string> {
-    const [o, lease] = await Promise.all([adminOverview(this.bus), this.bus.driver.admin.leaderGet()]);
+    const [o, lease] = await Promise.all([this.bus.overview(), this.bus.driver.admin.leaderGet()]);
     this.backlog.set(o.backlog);
     this.poisoned.set(o.poisoned);
     this.oldest.set((o.oldestUnfannedAgeMs ?? 0) / 1000);

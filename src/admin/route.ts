@@ -85,9 +85,3 @@ export function parse<T extends z.ZodType>(schema: T, input: unknown): z.output<
   const where = issue.path.length > 1 ? ` (at ${issue.path.map(String).join('.')})` : '';
   throw badRequest(parameter, `${issue.message}${where}`);
 }
-
-/** An issue-3/4 API the bus may not have yet in this build; routes answer 501 without it. */
-export function optionalApi<F extends (...args: any[]) => any>(owner: unknown, name: string): F | undefined {
-  const fn = owner && typeof owner === 'object' ? (owner as Record<string, unknown>)[name] : undefined;
-  return typeof fn === 'function' ? (fn.bind(owner) as F) : undefined;
-}

@@ -11,6 +11,8 @@ import { defineEvents } from '../core/events.js';
 import { pino } from 'pino';
 import type { Logger } from '../core/logger.js';
 import { formatOverview } from './status.js';
+import { servePanel } from './panel.js';
+import type { AdminBus } from '../admin/route.js';
 
 export const demoEvents = defineEvents({
   'order.created': z.object({ orderNo: z.string(), customer: z.string(), total: z.number().int().positive() }),
@@ -28,7 +30,13 @@ export interface DemoSummary {
   latencyP99Ms: number;
 }
 
-export async function runDemo(options: { orders: number; ratePerSecond: number; keepRunning?: boolean; dataDir?: string; quiet?: boolean }): Promise<DemoSummary> {
+export async function runDemo(options: {
+  orders: number; ratePerSecond: number; keepRunning?: boolean; dataDir?: string; quiet?: boolean;
+  /** Port of the admin panel served while keepRunning (default 8787; 0 picks a free one). */
+  panelPort?: number;
+  /** Instead of waiting for Ctrl-C while keepRunning: run this (scripts/screenshot-panel.ts). */
+  whileRunning?: (bus: AdminBus, panelUrl: string) => Promise<void>;
+}): Promise<DemoSummary> {
   const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'rea-demo-'));
   const out = (s: string) => !options.quiet && process.stdout.write(s);
   out(`rea demo: embedded PostgreSQL (PGlite) in ${dir}\n`);
@@ -127,8 +135,15 @@ export async function runDemo(options: { orders: number; ratePerSecond: number; 
   out(`\n${formatOverview(overview)}\n`);
 
   if (options.keepRunning) {
-    out(`\nkeeping the bus running (data in ${dir}); Ctrl-C stops\n`);
-    await new Promise<void>((resolve) => process.once('SIGINT', () => resolve()));
+    // The panel on loopback: with REA_ADMIN_TOKEN set it asks for it, otherwise it needs none.
+    const token = process.env.REA_ADMIN_TOKEN;
+    const panel = await servePanel(bus as unknown as AdminBus, { port: options.panelPort ?? 8787, host: '127.0.0.1', auth: token ? { token } : 'none' });
+    out(`\nadmin panel: ${panel.url}${token ? ' (log in with REA_ADMIN_TOKEN)' : ''}\n`);
+    out(`keeping the bus running (data in ${dir}); Ctrl-C stops\n`);
+    await (options.whileRunning
+      ? options.whileRunning(bus as unknown as AdminBus, panel.url)
+      : new Promise<void>((resolve) => process.once('SIGINT', () => resolve())));
+    await panel.close();
   }
   await bus.stop();
   if (!options.dataDir && !options.keepRunning) rmSync(dir, { recursive: true, force: true });
@@ -140,8 +155,9 @@ export function demoCommand(): Command {
     .description('run a small order service on embedded PGlite and show rea at work')
     .option('--orders <n>', 'orders to create and pay', '150')
     .option('--rate <n>', 'orders per second', '100')
-    .option('--keep-running', 'keep the bus running after the summary')
-    .action(async (flags: { orders: string; rate: string; keepRunning?: boolean }) => {
-      await runDemo({ orders: Number(flags.orders), ratePerSecond: Number(flags.rate), keepRunning: flags.keepRunning });
+    .option('--keep-running', 'keep the bus running after the summary, with the admin panel')
+    .option('--panel-port <n>', 'port of the admin panel while --keep-running', '8787')
+    .action(async (flags: { orders: string; rate: string; keepRunning?: boolean; panelPort: string }) => {
+      await runDemo({ orders: Number(flags.orders), ratePerSecond: Number(flags.rate), keepRunning: flags.keepRunning, panelPort: Number(flags.panelPort) });
     });
 }

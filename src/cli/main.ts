@@ -7,6 +7,7 @@ import { endpointsCommand } from './endpoints.js';
 import { eventsCommand } from './events.js';
 import { jobsCommand } from './jobs.js';
 import { migrateCommand } from './migrate.js';
+import { panelCommand } from './panel.js';
 import { retentionCommand } from './retention.js';
 import { runCommand } from './run.js';
 import { statusCommand } from './status.js';
@@ -19,6 +20,7 @@ export function program(): Command {
     .addCommand(statusCommand())
     .addCommand(demoCommand())
     .addCommand(captureCommand())
+    .addCommand(panelCommand())
     .addCommand(endpointsCommand())
     .addCommand(retentionCommand())
     .addCommand(eventsCommand())

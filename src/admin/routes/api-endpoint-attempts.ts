@@ -1,8 +1,6 @@
 // GET /api/endpoints/:id/attempts?cursor&limit: the endpoint's attempt log, newest first.
 import { z } from 'zod';
-import type { DeliveryAttempt } from '../data.js';
-import { notAvailable } from '../http.js';
-import { defineRoute, optionalApi, parse, queryFields } from '../route.js';
+import { defineRoute, parse, queryFields } from '../route.js';
 import { uuidParam } from '../schemas.js';
 
 const query = z.object({
@@ -15,9 +13,7 @@ export default defineRoute({
   async handle({ bus, params, query: q }) {
     const id = uuidParam(params.id);
     const { cursor, limit = 50 } = parse(query, queryFields(q));
-    const list = optionalApi<(id: string, o: { limit: number; before?: string }) => Promise<DeliveryAttempt[]>>((bus as { endpoints?: unknown }).endpoints, 'attempts');
-    if (!list) throw notAvailable('the webhook attempt log');
-    const rows = await list(id, { limit: limit + 1, ...(cursor ? { before: cursor } : {}) });
+    const rows = await bus.endpoints.attempts(id, { limit: limit + 1, ...(cursor ? { before: cursor } : {}) });
     const attempts = rows.slice(0, limit);
     return { json: { attempts, nextCursor: rows.length > limit ? attempts.at(-1)!.id : null } };
   },

@@ -1,8 +1,7 @@
 // POST /api/endpoints/:id/disable { reason? }: stop deliveries to an endpoint; fan-out skips it.
 import { z } from 'zod';
-import { endpointView, type EndpointView } from '../data.js';
-import { notAvailable } from '../http.js';
-import { bodyFields, defineRoute, optionalApi, parse } from '../route.js';
+import { endpointView } from '../data.js';
+import { bodyFields, defineRoute, parse } from '../route.js';
 import { uuidParam } from '../schemas.js';
 
 const input = z.object({ reason: z.string().max(500).optional() }).strict();
@@ -12,9 +11,7 @@ export default defineRoute({
   async handle({ bus, params, body }) {
     const id = uuidParam(params.id);
     const { reason } = parse(input, bodyFields(body));
-    const disable = optionalApi<(id: string, o: { reason: string }) => Promise<EndpointView>>((bus as { endpoints?: unknown }).endpoints, 'disable');
-    if (!disable) throw notAvailable('bus.endpoints.disable');
-    const endpoint = await disable(id, { reason: reason || 'disabled by an operator from the admin' });
+    const endpoint = await bus.endpoints.disable(id, { reason: reason || 'disabled by an operator from the admin' });
     return { json: { endpoint: endpointView(endpoint) }, notice: `Disabled ${endpoint.url}` };
   },
 });

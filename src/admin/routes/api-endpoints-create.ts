@@ -1,9 +1,8 @@
 // POST /api/endpoints { url, eventTypes, description? }: subscribe an endpoint. The generated
 // secret is in this one response only (the receiver needs it); reads show its last 4 characters.
 import { z } from 'zod';
-import { endpointView, type EndpointView } from '../data.js';
-import { notAvailable } from '../http.js';
-import { bodyFields, defineRoute, optionalApi, parse } from '../route.js';
+import { endpointView } from '../data.js';
+import { bodyFields, defineRoute, parse } from '../route.js';
 
 const input = z.object({
   url: z.string().min(1, 'is required').max(2000),
@@ -16,9 +15,7 @@ export default defineRoute({
   method: 'POST', path: '/api/endpoints', access: 'user', kind: 'api',
   async handle({ bus, body }) {
     const fields = parse(input, bodyFields(body));
-    const create = optionalApi<(i: typeof fields) => Promise<EndpointView & { secret: string }>>((bus as { endpoints?: unknown }).endpoints, 'create');
-    if (!create) throw notAvailable('bus.endpoints.create');
-    const { secret, ...endpoint } = await create(fields);
+    const { secret, ...endpoint } = await bus.endpoints.create(fields);
     return { json: { endpoint: endpointView(endpoint), secret }, status: 201, notice: `Endpoint created: ${endpoint.url}` };
   },
 });

@@ -1,7 +1,7 @@
 // POST /api/jobs/retry { ids } | { state: 'discarded', handler? }: reschedule dead letters now.
 import { z } from 'zod';
-import { badRequest, notAvailable } from '../http.js';
-import { bodyFields, defineRoute, optionalApi, parse } from '../route.js';
+import { badRequest } from '../http.js';
+import { bodyFields, defineRoute, parse } from '../route.js';
 import { jobIds } from '../schemas.js';
 
 const input = z.object({
@@ -15,10 +15,7 @@ export default defineRoute({
   async handle({ bus, body }) {
     const { ids, state, handler } = parse(input, bodyFields(body));
     if (!ids === !state) throw badRequest('ids', 'give either ids or state (with an optional handler)');
-    const retry = optionalApi<(t: readonly string[] | { state: string; handler?: string }) => Promise<string[] | { ids: string[] }>>(bus.jobs, 'retry');
-    if (!retry) throw notAvailable('bus.jobs.retry');
-    const result = await retry(ids ?? { state: state!, ...(handler ? { handler } : {}) });
-    const retried = Array.isArray(result) ? result : result.ids;
+    const retried = await bus.jobs.retry(ids ?? { state: state!, ...(handler ? { handler } : {}) });
     return { json: { retried }, notice: `Retrying ${retried.length} job${retried.length === 1 ? '' : 's'}.` };
   },
 });

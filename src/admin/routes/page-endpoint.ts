@@ -1,9 +1,8 @@
 // GET /endpoints/:id: one endpoint, its actions and its attempt log (status, duration, excerpt).
-import type { DeliveryAttempt, EndpointView } from '../data.js';
 import { endpointView } from '../data.js';
 import { actionButton, badge, duration, html, layout, table, time } from '../html.js';
 import { notFound } from '../http.js';
-import { defineRoute, optionalApi } from '../route.js';
+import { defineRoute } from '../route.js';
 import { uuidParam } from '../schemas.js';
 import { endpointActions } from './page-endpoints.js';
 
@@ -12,12 +11,10 @@ export default defineRoute({
   async handle(ctx) {
     const p = ctx.page;
     const id = uuidParam(ctx.params.id);
-    const get = optionalApi<(id: string) => Promise<EndpointView | null>>((ctx.bus as { endpoints?: unknown }).endpoints, 'get');
-    const found = get ? await get(id) : null;
+    const found = await ctx.bus.endpoints.get(id);
     if (!found) throw notFound(`endpoint ${id}`);
     const e = endpointView(found);
-    const list = optionalApi<(id: string, o: { limit: number }) => Promise<DeliveryAttempt[]>>((ctx.bus as { endpoints?: unknown }).endpoints, 'attempts');
-    const attempts = list ? await list(id, { limit: 100 }) : [];
+    const attempts = await ctx.bus.endpoints.attempts(id, { limit: 100 });
     const here = `/endpoints/${id}`;
     const rows = attempts.map((a) => [
       time(a.at), html`<a href="${p.base}/events/${a.eventId}"><code>${a.eventId.slice(0, 13)}…</code></a>`, a.attempt, badge(a.outcome),

@@ -3,7 +3,7 @@
 import { z } from 'zod';
 import { endpointView, type EndpointView } from '../data.js';
 import { actionButton, badge, html, layout, table, time } from '../html.js';
-import { defineRoute, optionalApi, parse, queryFields } from '../route.js';
+import { defineRoute, parse, queryFields } from '../route.js';
 
 const query = z.object({ state: z.enum(['enabled', 'failing', 'disabled']).optional() }).strip();
 
@@ -12,9 +12,7 @@ export default defineRoute({
   async handle(ctx) {
     const p = ctx.page;
     const filter = parse(query, queryFields(ctx.query));
-    const list = optionalApi<(f?: { state?: string }) => Promise<EndpointView[]>>((ctx.bus as { endpoints?: unknown }).endpoints, 'list');
-    if (!list) return { html: layout(p, 'Endpoints', html`<h1>Endpoints</h1><p class="empty">Webhook endpoints are not available in this version of rea.</p>`) };
-    const endpoints = (await list(filter)).map(endpointView);
+    const endpoints = (await ctx.bus.endpoints.list(filter)).map(endpointView);
     const rows = endpoints.map((e) => [
       html`<a href="${p.base}/endpoints/${e.id}"><code>${e.url}</code></a>${e.description ? html`<div class="muted">${e.description}</div>` : ''}`,
       html`<code>${e.eventTypes.join(', ')}</code>`,

@@ -36,7 +36,7 @@ export default defineRoute({
       e.subject ?? html`<span class="muted">-</span>`,
       badge(e.state),
       html`<code class="preview">${e.payloadPreview}</code>`,
-      html`<code class="mono">${e.traceId ?? ''}</code>`,
+      e.traceId ? html`<a href="${p.base}/events?traceId=${encodeURIComponent(e.traceId)}" title="${e.traceId}"><code>${e.traceId.length > 14 ? `${e.traceId.slice(0, 12)}…` : e.traceId}</code></a>` : '',
     ]);
     const next = page.nextCursor ? new URLSearchParams({ ...raw, cursor: page.nextCursor }) : null;
     const body = html`<h1>Events</h1>${filters}

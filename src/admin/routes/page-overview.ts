@@ -2,13 +2,13 @@
 // jobs by state and table sizes; it reloads itself every few seconds.
 import { checkHealth } from '../health.js';
 import { actionButton, badge, bytes, duration, html, layout, table, time } from '../html.js';
-import { adminOverview, type AdminAlert } from '../overview.js';
+import type { Alert } from '../alerts.js';
 import { defineRoute, type RouteContext } from '../route.js';
 
 export default defineRoute({
   method: 'GET', path: '/', access: 'user', kind: 'page',
   async handle(ctx) {
-    const [o, health] = await Promise.all([adminOverview(ctx.bus), checkHealth(ctx.bus, ctx.leaderGraceMs)]);
+    const [o, health] = await Promise.all([ctx.bus.overview(), checkHealth(ctx.bus, ctx.leaderGraceMs)]);
     const p = ctx.page;
     const alerts = o.alerts.length
       ? html`<section class="alerts" aria-label="Alerts">${o.alerts.map((a) => alertRow(ctx, a))}</section>`
@@ -27,17 +27,17 @@ ${tile('leader', 'leader lease', health.leader === 'seen' ? 'held' : health.lead
 </section>
 <div class="grid2">
 <section><h2>Jobs by state</h2>
-${table(['State', 'Jobs'], Object.entries(o.jobs).map(([state, n]) => [html`<a href="${p.base}/jobs?state=${state}">${badge(state)}</a>`, html`<span class="num">${n}</span>`]))}
+${table(['State', 'Jobs'], Object.entries(o.jobs).map(([state, n]) => [html`<a href="${p.base}/jobs?state=${state}">${badge(state)}</a>`, html`<span class="num">${n}</span>`]), 'No jobs.', { compact: true })}
 </section>
 <section><h2>Table sizes</h2>
-${table(['Table', 'Size'], o.tables.map((t) => [html`<code>${t.name}</code>`, bytes(t.totalBytes)]), 'Table sizes are not reported by this version of rea.')}
+${table(['Table', 'Size'], o.tables.map((t) => [html`<code>${t.name}</code>`, bytes(t.totalBytes)]), 'Table sizes are not reported by this version of rea.', { compact: true })}
 </section>
 </div>`;
     return { html: layout(p, 'Overview', body) };
   },
 });
 
-function alertRow(ctx: RouteContext, a: AdminAlert) {
+function alertRow(ctx: RouteContext, a: Alert) {
   const p = ctx.page;
   const action = a.name === 'events_poisoned'
     ? html`${actionButton(p, '/api/events/requeue', 'Requeue poisoned events', { fields: { poisoned: 'true' }, confirm: 'Requeue every poisoned event? Fix the cause first, or they will be poisoned again.', kind: 'primary', returnTo: '/' })} <a href="${p.base}/events?state=poisoned">view</a>`

@@ -1,0 +1,74 @@
+// rea panel: serve the admin panel and HTTP API standalone. Credentials come from
+// REA_ADMIN_TOKEN (or --token-env); --no-auth is for a loopback address only.
+import { createServer } from 'node:http';
+import { Command } from 'commander';
+import { createAdminHandler } from '../admin/handler.js';
+import { isLoopbackHost, type AdminAuth } from '../admin/auth.js';
+import type { AdminBus } from '../admin/route.js';
+import { OptionsError } from '../core/errors.js';
+import { adminBus } from './admin-bus.js';
+import { addConnectionFlags, type ConnectionFlags } from './settings.js';
+
+export interface PanelFlags extends ConnectionFlags {
+  port: string;
+  host: string;
+  auth?: boolean;
+  tokenEnv: string;
+}
+
+export function panelCommand(): Command {
+  return addConnectionFlags(new Command('panel').description('serve the admin panel and HTTP API (overview, events, jobs, endpoints, /metrics, /healthz)'))
+    .option('--port <n>', 'port to listen on', '8787')
+    .option('--host <address>', 'address to bind', '127.0.0.1')
+    .option('--token-env <name>', 'environment variable holding the admin token', 'REA_ADMIN_TOKEN')
+    .option('--no-auth', 'serve without credentials (loopback addresses only)')
+    .action(async (flags: PanelFlags) => {
+      const { url, close } = await startPanel(flags);
+      console.error(`rea panel: ${url}${flags.auth === false ? ' (no auth: loopback only)' : ''}; Ctrl-C stops`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', () => resolve());
+        process.once('SIGTERM', () => resolve());
+      });
+      await close();
+    });
+}
+
+export async function startPanel(flags: PanelFlags): Promise<{ url: string; close: () => Promise<void> }> {
+  const port = Number(flags.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new OptionsError('--port', 'must be a port number (0–65535)');
+  const noAuth = flags.auth === false;
+  // A panel without credentials on a reachable address would hand the repair buttons to anyone.
+  if (noAuth && !isLoopbackHost(flags.host)) throw new OptionsError('--host', `--no-auth only binds a loopback address (127.0.0.1, ::1, localhost), not ${flags.host}`);
+  const token = process.env[flags.tokenEnv];
+  if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
+  const bus = adminBus(flags);
+  try {
+    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! } });
+    return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
+  } catch (err) {
+    await bus.stop();
+    throw err;
+  }
+}
+
+/** Serve the admin handler for `bus` on host:port (0 picks a free port); the bus stays the caller's. */
+export async function servePanel(bus: AdminBus, o: { port: number; host: string; auth: AdminAuth }): Promise<{ url: string; close: () => Promise<void> }> {
+  if (o.auth === 'none' && !isLoopbackHost(o.host)) throw new OptionsError('host', `auth 'none' only binds a loopback address, not ${o.host}`);
+  const handler = createAdminHandler(bus, { auth: o.auth });
+  const server = createServer(handler);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, resolve);
+  });
+  const address = server.address();
+  const actual = typeof address === 'object' && address ? address.port : o.port;
+  const shown = o.host.includes(':') ? `[${o.host}]` : o.host;
+  return {
+    url: `http://${shown}:${actual}/`,
+    close: async () => {
+      handler.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -1,0 +1,38 @@
+// rea panel: refuses to serve half-configured (no token, or --no-auth on a reachable address),
+// and serves the admin on loopback otherwise.
+import { afterEach, describe, expect, it } from 'vitest';
+import { startPanel } from '../src/cli/panel.js';
+import { call, TOKEN } from './helpers/admin.js';
+
+const base = { port: '0', host: '127.0.0.1', tokenEnv: 'REA_TEST_PANEL_TOKEN', pglite: 'memory://' };
+
+describe('rea panel', () => {
+  afterEach(() => {
+    delete process.env.REA_TEST_PANEL_TOKEN;
+  });
+
+  it('refuses --no-auth on a non-loopback address and a missing token', async () => {
+    await expect(startPanel({ ...base, host: '0.0.0.0', auth: false })).rejects.toThrow(/--no-auth only binds a loopback address/);
+    await expect(startPanel({ ...base, host: '192.168.1.10', auth: false })).rejects.toMatchObject({ field: '--host' });
+    await expect(startPanel({ ...base })).rejects.toMatchObject({ field: '--token-env' });
+    await expect(startPanel({ ...base, port: 'x' })).rejects.toMatchObject({ field: '--port' });
+  });
+
+  it('serves the API with the token from the environment, and without auth on loopback', async () => {
+    process.env.REA_TEST_PANEL_TOKEN = TOKEN;
+    const panel = await startPanel({ ...base });
+    try {
+      expect((await call(panel.url, 'GET', '/api/overview')).status).toBe(401);
+      // An unmigrated database answers, but has no lease to read.
+      expect((await call(panel.url, 'GET', '/healthz')).json).toMatchObject({ status: 'unavailable', database: 'up', leader: 'unknown' });
+    } finally {
+      await panel.close();
+    }
+    const open = await startPanel({ ...base, auth: false });
+    try {
+      expect((await call(open.url, 'GET', '/login')).status).toBe(200);
+    } finally {
+      await open.close();
+    }
+  });
+});
