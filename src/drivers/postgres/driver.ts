@@ -2,11 +2,13 @@
 import pg from 'pg';
 import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
+import { isReaTransaction } from '../../tx/rea.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
 import { PostgresOperationsExecutor } from './executor-operations.js';
+import { preparedQueryable, statementSet } from './prepared.js';
 import { postgresStatements } from './sql.js';
 
 export interface PostgresDriverOptions {
@@ -30,6 +32,8 @@ export class PostgresDriver implements Driver {
   private readonly connectionString: string | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   private listeners: { close: () => Promise<void> }[] = [];
+  /** rea's own statements, run as named prepared statements. */
+  private readonly hot: ReadonlySet<string>;
 
   constructor(private readonly options: PostgresDriverOptions) {
     this.schema = options.schema;
@@ -45,7 +49,8 @@ export class PostgresDriver implements Driver {
     }
     // An idle client that loses its connection must not crash the process.
     this.pool.on('error', (err) => options.onError(err, 'pool'));
-    this.executor = new PostgresExecutor(this.pool, this.sql);
+    this.hot = statementSet(this.sql);
+    this.executor = new PostgresExecutor(preparedQueryable(this.pool, this.hot), this.sql);
     this.admin = new PostgresAdminExecutor(this.pool, s);
     this.webhooks = new PostgresWebhookExecutor(this.pool, s);
     this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s);
@@ -68,7 +73,7 @@ export class PostgresDriver implements Driver {
     client.on('error', onError);
     try {
       await client.query('BEGIN');
-      const result = await fn(client, client);
+      const result = await fn(preparedQueryable(client, this.hot), client);
       await client.query('COMMIT');
       return result;
     } catch (err) {
@@ -90,7 +95,9 @@ export class PostgresDriver implements Driver {
   }
 
   unwrapTransaction(tx: unknown): Queryable {
-    return unwrapPostgresTransaction(tx);
+    const q = unwrapPostgresTransaction(tx);
+    // A rea transaction already names rea's statements; a caller's pg client gets the same.
+    return isReaTransaction(tx) ? q : preparedQueryable(q as never, this.hot);
   }
 
   async query<R>(text: string, params?: unknown[]) {
