@@ -166,6 +166,8 @@ export interface Executor {
   /** Complete running jobs; a job whose attempt moved on (it was rescued) is left alone. */
   jobCompleteMany(q: Queryable | null, params: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number>;
   jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<number>;
+  /** Give claimed jobs that never started back to the queue, as if they had not been claimed. */
+  jobReleaseMany(params: { jobs: { id: string; attempt: number }[] }): Promise<number>;
   /** Return running jobs whose lease expired to the queue (or discard them when out of attempts). */
   jobRescue(params: { limit: number; now: Date | null }): Promise<{ rescued: number; discarded: number }>;
   jobListForEvent(params: { eventId: string }): Promise<JobRow[]>;

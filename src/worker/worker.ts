@@ -19,7 +19,13 @@ export interface WorkerOptions {
   maxPollMs: number;
   completionFlushMs: number;
   completionBatchSize: number;
+  /** Most jobs held claimed ahead of free slots (0: claim only for free slots). */
+  prefetch: number;
+  leaseMarginMs: number;
 }
+
+/** How much work the prefetch buffer aims to hold, in ms at the observed completion rate. */
+const PREFETCH_HORIZON_MS = 200;
 
 export class HandlerTimeoutError extends Error {
   constructor(readonly timeoutMs: number, message = `handler timed out after ${timeoutMs} ms and was aborted`) {
@@ -51,6 +57,13 @@ export class Worker {
   private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean }>;
   private waitingForSlot = false;
   private stopping = false;
+  /** Claimed jobs waiting for a free slot, oldest claim first. */
+  private buffer: { job: ClaimedJob; claimedAt: number }[] = [];
+  /** Completions per second, smoothed; sizes the prefetch buffer. */
+  private rate = 0;
+  private rateWindowStart = performance.now();
+  private rateWindowCount = 0;
+  private readonly releases: Batcher<ClaimedJob>;
 
   constructor(
     private readonly driver: Driver,
@@ -76,6 +89,14 @@ export class Worker {
         for (const d of items) this.emitCompleted(d);
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job completions failed; will retry'),
+    });
+    this.releases = new Batcher({
+      flushMs: options.completionFlushMs,
+      maxBatch: options.completionBatchSize,
+      write: async (items) => {
+        await driver.executor.jobReleaseMany({ jobs: items.map((j) => ({ id: j.id, attempt: j.attempt })) });
+      },
+      onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'releasing unstarted jobs failed; their leases will expire and the rescuer returns them'),
     });
     this.failures = new Batcher({
       flushMs: options.completionFlushMs,
@@ -109,6 +130,8 @@ export class Worker {
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
     await this.loop.stop();
+    // Jobs claimed ahead but never started go straight back to the queue for another process.
+    for (const { job } of this.buffer.splice(0)) this.unclaim(job);
     const all = () => Promise.all([...this.active.values()].map((a) => a.settled));
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
@@ -120,53 +143,97 @@ export class Worker {
       for (const a of this.active.values()) a.controller.abort(new WorkerStoppingError());
       await all();
     }
-    await Promise.all([this.completions.drain(5000), this.failures.drain(5000)]);
+    await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
   }
 
   private async claimRound(): Promise<'full' | 'some' | 'none'> {
     if (this.stopping) return 'none';
     const free = this.options.concurrency - this.active.size;
+    if (performance.now() - this.rateWindowStart > 1000) {
+      this.rate /= 2; // nothing finished for a while: stop prefetching for yesterday's rate
+      this.rateWindowStart = performance.now();
+      this.rateWindowCount = 0;
+    }
+    // Room = free slots plus what the prefetch buffer should hold at the current completion rate.
+    const bufferTarget = Math.min(this.options.prefetch, Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000));
+    const room = free + bufferTarget - this.buffer.length;
     const targets: ClaimTarget[] = [];
-    if (free > 0) {
+    if (room > 0) {
       for (const c of this.channels.values()) {
         const running = (target?: string) =>
           (target === undefined ? this.activePerKind.get(c.kind) : this.activePerTarget.get(`${c.kind}\0${target}`)) ?? 0;
-        targets.push(...c.claimTargets(free, running));
+        targets.push(...c.claimTargets(room, running));
       }
     }
-    if (free <= 0 || targets.length === 0) {
+    if (room <= 0 || targets.length === 0) {
       this.waitingForSlot = true;
       return 'none';
     }
-    const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: free, now: this.deps.clock.now() });
-    for (const job of jobs) this.execute(job);
-    if (jobs.length >= free) {
+    const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
+    const claimedAt = performance.now();
+    for (const job of jobs) {
+      this.count(job, 1); // counted from the claim, so per-target limits include buffered jobs
+      this.buffer.push({ job, claimedAt });
+    }
+    this.dispatch();
+    if (jobs.length >= room) {
       this.waitingForSlot = true;
-      return 'none';
+      return this.buffer.length === 0 ? 'full' : 'none';
     }
     return jobs.length > 0 ? 'some' : 'none';
+  }
+
+  /** Start buffered jobs while slots are free; release those that waited too long to start safely. */
+  private dispatch(): void {
+    // A job must start well inside its lease: its timeout then fires before the lease expires,
+    // so the rescuer never hands a job that is still running to another worker.
+    const maxWaitMs = this.options.leaseMarginMs / 2;
+    while (this.buffer.length > 0 && this.active.size < this.options.concurrency && !this.stopping) {
+      const { job, claimedAt } = this.buffer.shift()!;
+      if (performance.now() - claimedAt > maxWaitMs) this.unclaim(job);
+      else this.execute(job);
+    }
+  }
+
+  private unclaim(job: ClaimedJob): void {
+    this.count(job, -1);
+    this.releases.push(job);
+  }
+
+  private count(job: ClaimedJob, by: number): void {
+    const key = `${job.kind}\0${job.target}`;
+    this.activePerKind.set(job.kind, (this.activePerKind.get(job.kind) ?? 0) + by);
+    const n = (this.activePerTarget.get(key) ?? 0) + by;
+    if (n > 0) this.activePerTarget.set(key, n);
+    else this.activePerTarget.delete(key); // webhook targets are many endpoints: do not keep zeros
   }
 
   private execute(job: ClaimedJob): void {
     const channel = this.channels.get(job.kind)!;
     const controller = new AbortController();
-    const key = `${job.kind}\0${job.target}`;
-    const bump = (by: number) => {
-      this.activePerKind.set(job.kind, (this.activePerKind.get(job.kind) ?? 0) + by);
-      const n = (this.activePerTarget.get(key) ?? 0) + by;
-      if (n > 0) this.activePerTarget.set(key, n);
-      else this.activePerTarget.delete(key); // webhook targets are many endpoints: do not keep zeros
-    };
-    bump(1);
     const settled = this.run(job, channel, controller).finally(() => {
       this.active.delete(job.id);
-      bump(-1);
-      if (this.waitingForSlot && !this.stopping) {
+      this.count(job, -1);
+      this.noteCompletion();
+      this.dispatch();
+      if (this.waitingForSlot && !this.stopping && this.buffer.length <= this.options.concurrency) {
         this.waitingForSlot = false;
         this.loop.wake();
       }
     });
     this.active.set(job.id, { job, controller, settled });
+  }
+
+  private noteCompletion(): void {
+    this.rateWindowCount++;
+    const now = performance.now();
+    const elapsed = now - this.rateWindowStart;
+    if (elapsed >= 100) {
+      const instant = (this.rateWindowCount * 1000) / elapsed;
+      this.rate = this.rate === 0 ? instant : this.rate * 0.7 + instant * 0.3;
+      this.rateWindowStart = now;
+      this.rateWindowCount = 0;
+    }
   }
 
   private async run(job: ClaimedJob, channel: JobChannel, controller: AbortController): Promise<void> {

@@ -120,6 +120,12 @@ export class PostgresExecutor implements Executor {
     return affected(res);
   }
 
+  async jobReleaseMany(p: { jobs: { id: string; attempt: number }[] }): Promise<number> {
+    if (p.jobs.length === 0) return 0;
+    const res = await this.pool.query(this.sql.jobReleaseMany, [p.jobs.map((j) => j.id), p.jobs.map((j) => j.attempt)]);
+    return affected(res);
+  }
+
   async jobRescue(p: { limit: number; now: Date | null }) {
     const { rows } = await this.pool.query<Row>(this.sql.jobRescue, [p.limit, p.now]);
     const discarded = rows.filter((r) => r.state === 'discarded').length;

@@ -172,6 +172,13 @@ set state = 'completed', finalized_at = coalesce($3::timestamptz, now()), lease_
 from unnest($1::bigint[], $2::int[]) as d(id, attempt)
 where j.id = d.id and j.attempt = d.attempt and j.state = 'running'`,
 
+    jobReleaseMany: /* sql */ `
+update ${s}.jobs j
+set state = case when j.attempt - 1 = 0 then 'available' else 'retryable' end,
+    attempt = j.attempt - 1, lease_expires_at = null, attempted_by = null
+from unnest($1::bigint[], $2::int[]) as d(id, attempt)
+where j.id = d.id and j.attempt = d.attempt and j.state = 'running'`,
+
     jobFailMany: /* sql */ `
 update ${s}.jobs j
 set state = d.state,
