@@ -19,6 +19,8 @@ export const DEFAULTS = {
     maxPollMs: 1000,
     /** A row that fails fan-out this many times is poisoned. */
     maxFanAttempts: 5,
+    /** Relay rounds at once in this process while a backlog drains. */
+    concurrency: 2,
   },
   worker: {
     /** Handlers running at once in this process. */
@@ -145,6 +147,7 @@ export const busOptionsSchema = z.object({
     minPollMs: nonNegInt.optional(),
     maxPollMs: positiveInt.optional(),
     maxFanAttempts: positiveInt.optional(),
+    concurrency: positiveInt.max(16).optional(),
   }).strict().optional(),
   worker: z.object({
     enabled: z.boolean().optional(),

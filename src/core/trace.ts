@@ -1,7 +1,7 @@
 // Trace context: every event stores a trace id, and handlers run inside their event's trace so
 // that events they record, and their log lines, carry it on. OpenTelemetry is used when active.
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { randomBytes } from 'node:crypto';
+import { randomHex } from './random.js';
 import { context, trace, TraceFlags } from '@opentelemetry/api';
 
 export interface TraceScope {
@@ -16,7 +16,7 @@ const storage = new AsyncLocalStorage<TraceScope>();
 const TRACE_ID = /^[0-9a-f]{32}$/;
 
 export function newTraceId(): string {
-  return randomBytes(16).toString('hex');
+  return randomHex(16);
 }
 
 /** The trace id in effect: a rea handler's event, else the active OpenTelemetry span, else none. */
@@ -38,7 +38,7 @@ export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
   if (TRACE_ID.test(scope.traceId)) {
     otelContext = trace.setSpanContext(otelContext, {
       traceId: scope.traceId,
-      spanId: randomBytes(8).toString('hex'),
+      spanId: randomHex(8),
       traceFlags: TraceFlags.SAMPLED,
       isRemote: true,
     });

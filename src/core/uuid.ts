@@ -1,10 +1,9 @@
 // UUIDv7 made in the application: time-ordered ids without a database round trip.
 // Within one millisecond a 12-bit counter keeps ids from one process strictly increasing.
-import { randomFillSync } from 'node:crypto';
+import { randomBytesPooled } from './random.js';
 
 let lastMs = -1;
 let seq = 0;
-const rand = new Uint8Array(8);
 
 export function uuidv7(nowMs: number = Date.now()): string {
   let ms = nowMs;
@@ -20,7 +19,7 @@ export function uuidv7(nowMs: number = Date.now()): string {
     lastMs = ms;
     seq = 0;
   }
-  randomFillSync(rand);
+  const rand = randomBytesPooled(8);
   const b = new Uint8Array(16);
   b[0] = (ms / 2 ** 40) & 0xff;
   b[1] = (ms / 2 ** 32) & 0xff;

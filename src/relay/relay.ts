@@ -13,12 +13,16 @@ export interface RelayOptions {
   minPollMs: number;
   maxPollMs: number;
   maxFanAttempts: number;
+  /** Rounds run at once while rounds come back full (each still ≤ batchSize events). */
+  concurrency: number;
   /** How webhook jobs are made; the executor's defaults when absent. */
   webhook?: WebhookFanOut;
 }
 
 export class Relay {
   private readonly loop: PollLoop;
+  private readonly drainers = new Set<Promise<void>>();
+  private running = false;
 
   constructor(
     private readonly driver: Driver,
@@ -28,7 +32,11 @@ export class Relay {
     this.loop = new PollLoop({
       minMs: options.minPollMs,
       maxMs: options.maxPollMs,
-      round: () => this.round(),
+      round: async () => {
+        const outcome = await this.round();
+        if (outcome === 'full') this.spawnDrainers();
+        return outcome;
+      },
       onError: (err) => {
         deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
         deps.lifecycle.emit('relay:error', { error: err as Error });
@@ -37,6 +45,7 @@ export class Relay {
   }
 
   start(): void {
+    this.running = true;
     this.loop.start();
   }
 
@@ -44,8 +53,27 @@ export class Relay {
     this.loop.wake();
   }
 
-  stop(): Promise<void> {
-    return this.loop.stop();
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.loop.stop();
+    await Promise.all(this.drainers);
+  }
+
+  /**
+   * A full round means a backlog: run extra rounds alongside the poll loop until rounds stop
+   * coming back full. SKIP LOCKED keeps concurrent rounds on disjoint events.
+   */
+  private spawnDrainers(): void {
+    while (this.running && this.drainers.size < this.options.concurrency - 1) {
+      const drainer: Promise<void> = (async () => {
+        try {
+          while (this.running && (await this.round()) === 'full');
+        } catch (err) {
+          this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
+        }
+      })().finally(() => this.drainers.delete(drainer));
+      this.drainers.add(drainer);
+    }
   }
 
   /** One round; exposed for tests and the CLI. */

@@ -14,10 +14,13 @@ export type RunOutcome = 'succeeded' | 'committed' | 'already-consumed';
 export interface JobChannel {
   readonly kind: JobKind;
   /**
-   * What to claim this round with at most `free` slots. `running(target)` counts this channel's
-   * running jobs for one target, `running()` for all of them. Target '*' claims any target.
+   * What to claim this round with at most `free` slots. `running(target)` counts the jobs this
+   * worker holds for one target (running, or buffered beyond its prefetch allowance), `running()`
+   * for all of them. Target '*' claims any target.
    */
   claimTargets(free: number, running: (target?: string) => number): ClaimTarget[];
+  /** Whether one more job like this may start now, given this channel's running jobs. */
+  canStart(job: ClaimedJob, running: (target?: string) => number): boolean;
   /** The worker aborts the run's signal after this long. */
   timeoutMs(job: ClaimedJob): number;
   /** Delay before the next attempt after `job.attempt` failed with an ordinary error. */

@@ -49,9 +49,9 @@ interface Done {
 export class Worker {
   private readonly loop: PollLoop;
   private readonly active = new Map<string, { job: ClaimedJob; controller: AbortController; settled: Promise<void> }>();
-  // Running jobs per channel kind, and per kind + target.
-  private readonly activePerKind = new Map<JobKind, number>();
-  private readonly activePerTarget = new Map<string, number>();
+  // Jobs running, and claimed but waiting in the buffer, per kind and per kind + target.
+  private readonly runningCount_ = new Map<string, number>();
+  private readonly bufferedCount = new Map<string, number>();
   private readonly channels: ReadonlyMap<JobKind, JobChannel>;
   private readonly completions: Batcher<Done>;
   private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean }>;
@@ -95,6 +95,7 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await driver.executor.jobReleaseMany({ jobs: items.map((j) => ({ id: j.id, attempt: j.attempt })) });
+        deps.lifecycle.emit('jobs:released', { jobIds: items.map((j) => j.id) });
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'releasing unstarted jobs failed; their leases will expire and the rescuer returns them'),
     });
@@ -131,7 +132,10 @@ export class Worker {
     this.stopping = true;
     await this.loop.stop();
     // Jobs claimed ahead but never started go straight back to the queue for another process.
-    for (const { job } of this.buffer.splice(0)) this.unclaim(job);
+    for (const { job } of this.buffer.splice(0)) {
+      this.count(this.bufferedCount, job, -1);
+      this.releases.push(job);
+    }
     const all = () => Promise.all([...this.active.values()].map((a) => a.settled));
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
@@ -155,65 +159,93 @@ export class Worker {
       this.rateWindowCount = 0;
     }
     // Room = free slots plus what the prefetch buffer should hold at the current completion rate.
-    const bufferTarget = Math.min(this.options.prefetch, Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000));
-    const room = free + bufferTarget - this.buffer.length;
+    const allowance = Math.min(this.options.prefetch, Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000));
+    const room = free + allowance - this.buffer.length;
     const targets: ClaimTarget[] = [];
     if (room > 0) {
       for (const c of this.channels.values()) {
-        const running = (target?: string) =>
-          (target === undefined ? this.activePerKind.get(c.kind) : this.activePerTarget.get(`${c.kind}\0${target}`)) ?? 0;
-        targets.push(...c.claimTargets(room, running));
+        // Held = running + buffered, less the prefetch allowance, which does not count against a
+        // target's limit (negative: that much allowance is left). canStart still caps running jobs.
+        const held = (target?: string) => this.held(c.kind, target) - allowance;
+        targets.push(...c.claimTargets(room, held));
       }
     }
     if (room <= 0 || targets.length === 0) {
       this.waitingForSlot = true;
       return 'none';
     }
+    const t0 = performance.now();
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
+    if (process.env.DBG) console.log('claim', room, jobs.length, 'buf', this.buffer.length, 'active', this.active.size, 'rate', Math.round(this.rate), 'ms', (performance.now()-t0).toFixed(1), JSON.stringify(targets));
     const claimedAt = performance.now();
     for (const job of jobs) {
-      this.count(job, 1); // counted from the claim, so per-target limits include buffered jobs
+      this.count(this.bufferedCount, job, 1);
       this.buffer.push({ job, claimedAt });
     }
     this.dispatch();
     if (jobs.length >= room) {
+      // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;
-      return this.buffer.length === 0 ? 'full' : 'none';
+      return 'none';
     }
     return jobs.length > 0 ? 'some' : 'none';
   }
 
+  private held(kind: JobKind, target?: string): number {
+    const key = target === undefined ? kind : `${kind}\0${target}`;
+    return (this.runningCount_.get(key) ?? 0) + (this.bufferedCount.get(key) ?? 0);
+  }
+
   /** Start buffered jobs while slots are free; release those that waited too long to start safely. */
   private dispatch(): void {
+    if (this.buffer.length === 0 || this.stopping) return;
     // A job must start well inside its lease: its timeout then fires before the lease expires,
-    // so the rescuer never hands a job that is still running to another worker.
-    const maxWaitMs = this.options.leaseMarginMs / 2;
-    while (this.buffer.length > 0 && this.active.size < this.options.concurrency && !this.stopping) {
-      const { job, claimedAt } = this.buffer.shift()!;
-      if (performance.now() - claimedAt > maxWaitMs) this.unclaim(job);
-      else this.execute(job);
+    // so the rescuer never hands a job that is still running to another worker. The buffer is in
+    // claim order, so the stale ones are at its head.
+    const staleBefore = performance.now() - this.options.leaseMarginMs / 2;
+    let head = 0;
+    while (head < this.buffer.length && this.buffer[head]!.claimedAt < staleBefore) {
+      const { job } = this.buffer[head++]!;
+      this.count(this.bufferedCount, job, -1);
+      this.releases.push(job);
+    }
+    // Start jobs in order; one whose target is at its own limit waits without blocking the rest.
+    let kept: { job: ClaimedJob; claimedAt: number }[] | undefined;
+    let i = head;
+    for (; i < this.buffer.length && this.active.size < this.options.concurrency; i++) {
+      const item = this.buffer[i]!;
+      const channel = this.channels.get(item.job.kind)!;
+      if (channel.canStart(item.job, (target) => this.runningOf(item.job.kind, target))) {
+        this.count(this.bufferedCount, item.job, -1);
+        this.execute(item.job, channel);
+      } else {
+        (kept ??= []).push(item);
+      }
+    }
+    if (head === 0 && i === 0) return;
+    const rest = this.buffer.slice(i);
+    this.buffer = kept ? kept.concat(rest) : rest;
+  }
+
+  private runningOf(kind: JobKind, target?: string): number {
+    return this.runningCount_.get(target === undefined ? kind : `${kind}\0${target}`) ?? 0;
+  }
+
+  /** Count a job under its kind and its kind + target (zero entries are dropped: webhook targets are many). */
+  private count(map: Map<string, number>, job: ClaimedJob, by: number): void {
+    for (const key of [job.kind, `${job.kind}\0${job.target}`]) {
+      const n = (map.get(key) ?? 0) + by;
+      if (n > 0) map.set(key, n);
+      else map.delete(key);
     }
   }
 
-  private unclaim(job: ClaimedJob): void {
-    this.count(job, -1);
-    this.releases.push(job);
-  }
-
-  private count(job: ClaimedJob, by: number): void {
-    const key = `${job.kind}\0${job.target}`;
-    this.activePerKind.set(job.kind, (this.activePerKind.get(job.kind) ?? 0) + by);
-    const n = (this.activePerTarget.get(key) ?? 0) + by;
-    if (n > 0) this.activePerTarget.set(key, n);
-    else this.activePerTarget.delete(key); // webhook targets are many endpoints: do not keep zeros
-  }
-
-  private execute(job: ClaimedJob): void {
-    const channel = this.channels.get(job.kind)!;
+  private execute(job: ClaimedJob, channel: JobChannel): void {
     const controller = new AbortController();
+    this.count(this.runningCount_, job, 1);
     const settled = this.run(job, channel, controller).finally(() => {
       this.active.delete(job.id);
-      this.count(job, -1);
+      this.count(this.runningCount_, job, -1);
       this.noteCompletion();
       this.dispatch();
       if (this.waitingForSlot && !this.stopping && this.buffer.length <= this.options.concurrency) {

@@ -25,6 +25,10 @@ export class HandlerChannel implements JobChannel {
     return targets;
   }
 
+  canStart(job: ClaimedJob, running: (target?: string) => number): boolean {
+    return running(job.target) < this.handler(job).concurrency;
+  }
+
   timeoutMs(job: ClaimedJob): number {
     return this.handler(job).timeoutMs;
   }

@@ -167,6 +167,10 @@ export class WebhookChannel implements JobChannel {
     return room > 0 ? [{ kind: 'webhook', target: '*', limit: room }] : [];
   }
 
+  canStart(_job: ClaimedJob, running: (target?: string) => number): boolean {
+    return running() < this.settings.concurrency;
+  }
+
   timeoutMs(): number {
     return this.settings.timeoutMs + WEBHOOK_RUN_GRACE_MS;
   }
