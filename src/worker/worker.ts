@@ -159,7 +159,9 @@ export class Worker {
       this.rateWindowCount = 0;
     }
     // Room = free slots plus what the prefetch buffer should hold at the current completion rate.
-    const allowance = Math.min(this.options.prefetch, Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000));
+    // Before any rate is known, allow one extra round of `concurrency` jobs.
+    const expected = this.rate === 0 ? this.options.concurrency : Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000);
+    const allowance = Math.min(this.options.prefetch, expected);
     const room = free + allowance - this.buffer.length;
     const targets: ClaimTarget[] = [];
     if (room > 0) {
@@ -174,9 +176,7 @@ export class Worker {
       this.waitingForSlot = true;
       return 'none';
     }
-    const t0 = performance.now();
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
-    if (process.env.DBG) console.log('claim', room, jobs.length, 'buf', this.buffer.length, 'active', this.active.size, 'rate', Math.round(this.rate), 'ms', (performance.now()-t0).toFixed(1), JSON.stringify(targets));
     const claimedAt = performance.now();
     for (const job of jobs) {
       this.count(this.bufferedCount, job, 1);
@@ -260,9 +260,9 @@ export class Worker {
     this.rateWindowCount++;
     const now = performance.now();
     const elapsed = now - this.rateWindowStart;
-    if (elapsed >= 100) {
+    if (elapsed >= 25) {
       const instant = (this.rateWindowCount * 1000) / elapsed;
-      this.rate = this.rate === 0 ? instant : this.rate * 0.7 + instant * 0.3;
+      this.rate = this.rate === 0 ? instant : this.rate * 0.6 + instant * 0.4;
       this.rateWindowStart = now;
       this.rateWindowCount = 0;
     }
