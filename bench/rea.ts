@@ -138,3 +138,43 @@ export async function reaLatencyBus(schema: string, concurrency: number, onJob: 
     },
   };
 }
+
+/**
+ * Figure 4 through bus.transaction, the path rea recommends: the same order insert alone and
+ * with a record(), both in rea's transaction helper, interleaved in chunks on `connections`
+ * concurrent callers. Here the event row travels with COMMIT, so recording adds no round trip.
+ */
+export async function reaTxOverhead(schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number }> {
+  const { createOrders, insertOrder } = await import('./physical.js');
+  const bus = await makeBus(schema, { poolSize: connections, relay: { enabled: false }, worker: { enabled: false } });
+  try {
+    await bus.migrate();
+    await createOrders(schema);
+    let i = 0;
+    const one = (withRecord: boolean) => bus.transaction(async (tx: any) => {
+      const n = i++;
+      await tx.query(insertOrder(schema), [`o-${n}`, n % 1000]);
+      if (withRecord) await bus.record(tx, REA_TYPE, { seq: n });
+    });
+    const drive = async (count: number, withRecord: boolean) => {
+      let left = count;
+      const t0 = performance.now();
+      await Promise.all(Array.from({ length: connections }, async () => {
+        while (left-- > 0) await one(withRecord);
+      }));
+      return count / ((performance.now() - t0) / 1000);
+    };
+    await drive(200, true); // warm the pool and the statement cache
+    const chunk = Math.max(400, Math.ceil(total / 4));
+    const rounds = Math.ceil(total / chunk);
+    let alone = 0;
+    let withRecord = 0;
+    for (let k = 0; k < rounds; k++) {
+      alone += await drive(chunk, false);
+      withRecord += await drive(chunk, true);
+    }
+    return { alone: alone / rounds, withRecord: withRecord / rounds };
+  } finally {
+    await bus.stop();
+  }
+}

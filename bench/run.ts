@@ -6,6 +6,8 @@ import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { claimCost } from './claim.js';
 import { enqueue, latency, loaderOverheadMB, recordOverhead, throughput } from './figures.js';
+import { runStorageBench, storageMarkdown } from './storage.js';
+import { reaTxOverhead } from './rea.js';
 import { closeAdmin, dropSchema, ensureDatabase, median } from './lib/env.js';
 import type { System } from './lib/system.js';
 import { physicalRates } from './physical.js';
@@ -14,7 +16,8 @@ import { loadSystems } from './systems.js';
 
 const SYSTEMS = await loadSystems();
 
-const FIGURES = ['throughput', 'latency', 'enqueue', 'overhead', 'physical', 'claim'] as const;
+// 'storage' is issue 3's soak: table sizes over time under retention (rea only, run last).
+const FIGURES = ['throughput', 'latency', 'enqueue', 'overhead', 'physical', 'claim', 'storage'] as const;
 type Figure = (typeof FIGURES)[number];
 // Figure 7 (memory) is sampled during figure 1, so asking for it runs figure 1.
 const ALIASES: Record<string, Figure> = { memory: 'throughput', rss: 'throughput', '1': 'throughput', '7': 'throughput', '2': 'latency', '3': 'enqueue', '4': 'overhead', '5': 'physical', '6': 'claim' };
@@ -114,6 +117,11 @@ async function runSystemFigure(figure: Figure, sys: System, rep: number) {
         const r = await recordOverhead(sys, schema, SIZE.overhead, CONNECTIONS);
         put('overhead_order_alone', sys.name, r.alone);
         put('overhead_order_with_record', sys.name, r.withRecord);
+        if (sys.name === 'rea') {
+          const t = await reaTxOverhead(`${schema}_tx`, SIZE.overhead, CONNECTIONS);
+          put('overhead_bustx_alone', sys.name, t.alone);
+          put('overhead_bustx_with_record', sys.name, t.withRecord);
+        }
         break;
       }
       case 'claim': {
@@ -153,6 +161,7 @@ async function main() {
   log(`${quick ? 'QUICK' : 'full'} run: figures ${figures.join(', ')}; ${reps} repetition(s)`);
   for (let rep = 1; rep <= reps; rep++) {
     for (const figure of figures) {
+      if (figure === 'storage') continue; // once, after the repetitions
       if (figure === 'physical') {
         await cell('physical', 'postgres', rep, async (schema) => {
           const r = await physicalRates(schema, SIZE.physical, CONNECTIONS);
@@ -166,6 +175,14 @@ async function main() {
         await runSystemFigure(figure, sys, rep);
       }
     }
+  }
+
+  let storage: string | undefined;
+  if (figures.includes('storage')) {
+    // A soak, not a ratio: one run, shortened in quick mode (windows of 10 s instead of 1 min).
+    const r = await runStorageBench(quick ? { durationMs: 45_000, windowMs: 10_000, sampleEveryMs: 5_000 } : {});
+    console.log(JSON.stringify({ figure: 'storage', system: 'rea', samples: r.samples.length, recorded: r.recorded }));
+    storage = storageMarkdown(r);
   }
 
   const series = collect();
@@ -190,7 +207,7 @@ async function main() {
       'figure 6': `${SIZE.claimSmall.toLocaleString('en-US')} vs ${SIZE.claimLarge.toLocaleString('en-US')} fanned rows; median of ${SIZE.claimRounds} rounds of 200${quick ? ' (quick mode uses 1 M, not 5 M)' : ''}`,
     },
     notes: NOTES,
-  }));
+  }) + (storage ? `\n${storage}\n` : ''));
   log(`wrote ${out}`);
   await closeAdmin();
   if (failures.length) {
@@ -203,12 +220,14 @@ const UNITS: Record<string, string> = {
   throughput: 'jobs/s', peak_rss: 'MB', peak_rss_net_of_loader: 'MB', rss_growth_while_working: 'MB', latency_p50: 'ms', latency_p95: 'ms', latency_p99: 'ms', latency_max: 'ms',
   latency_offered_rate: 'jobs/s', enqueue_single: 'jobs/s', enqueue_batch500: 'jobs/s',
   overhead_order_alone: 'tx/s', overhead_order_with_record: 'tx/s', physical_plain: 'tx/s', physical_notify: 'tx/s',
+  overhead_bustx_alone: 'tx/s', overhead_bustx_with_record: 'tx/s',
   claim_small_history: 'ms', claim_large_history: 'ms',
 };
 const FIGURE_OF: Record<string, Figure> = {
   throughput: 'throughput', peak_rss: 'throughput', peak_rss_net_of_loader: 'throughput', rss_growth_while_working: 'throughput', latency_p50: 'latency', latency_p95: 'latency', latency_p99: 'latency',
   latency_max: 'latency', latency_offered_rate: 'latency', enqueue_single: 'enqueue', enqueue_batch500: 'enqueue',
   overhead_order_alone: 'overhead', overhead_order_with_record: 'overhead', physical_plain: 'physical', physical_notify: 'physical',
+  overhead_bustx_alone: 'overhead', overhead_bustx_with_record: 'overhead',
   claim_small_history: 'claim', claim_large_history: 'claim',
 };
 
@@ -238,7 +257,10 @@ function collect(): Series[] {
     const b = runs.get(den)?.get('rea');
     if (a && b) out.push({ figure, system: 'rea', unit, runs: a.map((x, i) => x / b[i]!), median: median(a) / median(b), note });
   };
-  if (figures.includes('overhead')) ratio('record_overhead', 'overhead_order_alone', 'overhead_order_with_record', 'ratio', 'tx/s alone ÷ tx/s with record (time per tx with ÷ without)');
+  if (figures.includes('overhead')) {
+    ratio('record_overhead', 'overhead_order_alone', 'overhead_order_with_record', 'ratio', "the caller's own pg client: tx/s alone ÷ tx/s with record");
+    ratio('record_overhead_bustx', 'overhead_bustx_alone', 'overhead_bustx_with_record', 'ratio', 'both sides in bus.transaction (the event travels with COMMIT): tx/s alone ÷ tx/s with record');
+  }
   if (figures.includes('claim')) ratio('claim_ratio', 'claim_large_history', 'claim_small_history', 'ratio', 'claim ms with large history ÷ with 10 k');
   return out;
 }
@@ -261,7 +283,9 @@ function targetsOf(series: Series[]): Target[] {
   t.push({ figure: '3 record single', text: '≥ 0.9 × plain rate (figure 5)', met: single !== undefined && plain !== undefined ? single >= 0.9 * plain : undefined,
     value: single !== undefined && plain !== undefined ? `${Math.round(single)} vs ${Math.round(plain)} tx/s (${(single / plain).toFixed(2)})` : plain !== undefined ? `plain ${Math.round(plain)} tx/s; rea not measured` : '—' });
   const ov = get('record_overhead', 'rea');
-  t.push({ figure: '4 record overhead', text: '≤ 1.10', met: ov !== undefined ? ov <= 1.1 : undefined, value: ov !== undefined ? ov.toFixed(3) : '—' });
+  t.push({ figure: "4 record overhead (caller's pg client)", text: '≤ 1.10', met: ov !== undefined ? ov <= 1.1 : undefined, value: ov !== undefined ? ov.toFixed(3) : '—' });
+  const ovTx = get('record_overhead_bustx', 'rea');
+  t.push({ figure: '4 record overhead (bus.transaction)', text: '≤ 1.10', met: ovTx !== undefined ? ovTx <= 1.1 : undefined, value: ovTx !== undefined ? ovTx.toFixed(3) : '—' });
   const cr = get('claim_ratio', 'rea');
   t.push({ figure: '6 claim vs history', text: '≤ 1.2', met: cr !== undefined ? cr <= 1.2 : undefined, value: cr !== undefined ? `${cr.toFixed(3)}${quick ? ' (quick: 1 M rows, not 5 M)' : ''}` : '—' });
   const rss = get('peak_rss', 'rea');

@@ -29,7 +29,7 @@ import { Retention, type AppTableRetention, type RetentionReport } from './maint
 import { Rescuer } from './maintenance/rescuer.js';
 import { ServiceRunner } from './maintenance/service.js';
 import { Relay } from './relay/relay.js';
-import { isReaTransaction, makeTransaction, type Transaction } from './tx/rea.js';
+import { deferInto, isReaTransaction, makeTransaction, type Transaction, type TransactionState } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
 import { Worker } from './worker/worker.js';
 import { HandlerChannel } from './channels/handler/channel.js';
@@ -294,7 +294,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
   const recordInto = async (tx: unknown, rows: EventInsert[]) => {
     const q = driver.unwrapTransaction(tx);
-    await driver.executor.eventInsertMany(q, rows);
+    // In bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
+    if (!(isReaTransaction(tx) && deferInto(tx, rows))) await driver.executor.eventInsertMany(q, rows);
     if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
   };
 
@@ -353,8 +354,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async transaction(fn) {
       if (state === 'stopped') throw new BusStateError('the bus has been stopped');
       let recorded = 0;
+      const txState: TransactionState = { open: true };
       const result = await driver.transaction(async (q, raw) => {
-        const txState = { open: true };
+        if (driver.capabilities.deferredRecord) {
+          txState.pending = [];
+          txState.flush = () => driver.executor.eventInsertMany(q, txState.pending!.splice(0));
+        }
         const tx = makeTransaction(q, raw, txState) as Transaction & { recorded: number };
         tx.recorded = 0;
         try {
@@ -363,7 +368,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           txState.open = false;
           recorded = tx.recorded;
         }
-      });
+      }, { pendingEvents: () => txState.pending?.splice(0) ?? [] });
       if (recorded > 0) {
         lifecycle.emit('transaction:committed', { events: recorded });
         bus.wake();

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { AdminCredentialsMissingError, createAdminHandler, defineEvents, type Bus } from '../src/index.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
 import { targets, testBus, type Target } from './helpers/db.js';
+import { rejectJobsFor } from './helpers/faults.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -25,19 +26,11 @@ async function setup(target: Target, opts: { start?: boolean; handlers?: boolean
 /** Poison an event for real: a trigger on the jobs table rejects jobs for order BOOM. */
 async function poisonOne(target: Target, bus: TestBus): Promise<string> {
   const s = bus.schema;
-  await target.query(`
-    create function "${s}".reject_boom() returns trigger language plpgsql as $$
-    begin
-      if exists (select 1 from "${s}".events where id = new.event_id and payload->>'orderNo' = 'BOOM') then
-        raise exception 'downstream constraint rejects BOOM';
-      end if;
-      return new;
-    end $$;
-    create trigger reject_boom before insert on "${s}".jobs for each row execute function "${s}".reject_boom();`);
+  const undo = await rejectJobsFor(target, s);
   const poisoned = bus.lifecycle.waitFor('relay:event:poisoned');
   const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'BOOM' }));
   await poisoned;
-  await target.query(`drop trigger reject_boom on "${s}".jobs`);
+  await undo();
   return id;
 }
 

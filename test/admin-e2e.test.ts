@@ -9,6 +9,7 @@ import { createAdminHandler, defineEvents, permanent } from '../src/index.js';
 import { serve, TOKEN } from './helpers/admin.js';
 import { browserAvailable, CHROMIUM, launchBrowser } from './helpers/browser.js';
 import { pgliteTarget, requireServices, testBus } from './helpers/db.js';
+import { rejectJobsFor } from './helpers/faults.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string(), note: z.string().optional() }),
@@ -38,15 +39,7 @@ describe.skipIf(!browserAvailable)('admin panel in Chromium', () => {
     await bus.start();
 
     // A real poisoned event: the jobs table rejects the jobs of order BOOM.
-    await target.query(`
-      create function "${s}".reject_boom() returns trigger language plpgsql as $$
-      begin
-        if exists (select 1 from "${s}".events where id = new.event_id and payload->>'orderNo' = 'BOOM') then
-          raise exception 'downstream constraint rejects BOOM';
-        end if;
-        return new;
-      end $$;
-      create trigger reject_boom before insert on "${s}".jobs for each row execute function "${s}".reject_boom();`);
+    const undo = await rejectJobsFor(target, s);
     const poisoned = bus.lifecycle.waitFor('relay:event:poisoned');
     const discarded = bus.lifecycle.waitFor('job:discarded');
     const [boomId, deadId, xssId] = await bus.transaction(async (tx) => [
@@ -56,7 +49,7 @@ describe.skipIf(!browserAvailable)('admin panel in Chromium', () => {
     ]);
     await poisoned;
     await discarded;
-    await target.query(`drop trigger reject_boom on "${s}".jobs`); // the cause is fixed; requeue will work
+    await undo(); // the cause is fixed; requeue will work
     const endpoint = await bus.endpoints.create({ url: `${receiver.url}/hook`, eventTypes: ['order.*'], description: 'warehouse' });
     await bus.endpoints.disable(endpoint.id, { reason: 'receiver returned 410 Gone' });
 

@@ -43,7 +43,7 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     const { out, code } = await rea('status', '--database-url', PG_URL, '--schema', s, '--check');
     const lines = out.split('\n');
     expect(lines[0]).toBe('alerts   1');
-    expect(lines[1]).toMatch(/^ {2}! events_poisoned: 1 poisoned events: fix the cause, then `rea events requeue --poisoned` \(since .+ ago\)$/);
+    expect(lines[1]).toMatch(/^ {2}! events_poisoned: 1 poisoned event: fix the cause, then `rea events requeue --poisoned` \(since .+ ago\)$/);
     expect(out).toMatch(/events {3}backlog 0 unfanned · oldest - · poisoned 1/);
     expect(out).toMatch(/tables {3}.*events \d+(\.\d)? kB/);
     expect(code).toBe(1);

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents } from '../src/index.js';
 import { targets, testBus, freshSchema } from './helpers/db.js';
+import { rejectJobsFor } from './helpers/faults.js';
 import { counter } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -65,15 +66,7 @@ describe.each(targets)('relay on $name', (target) => {
     const bus = await testBus(target, events);
     const s = bus.schema;
     // Fault injection in the real database: inserting a job for order BOOM fails.
-    await target.query(`
-      create function "${s}".reject_boom() returns trigger language plpgsql as $$
-      begin
-        if exists (select 1 from "${s}".events where id = new.event_id and payload->>'orderNo' = 'BOOM') then
-          raise exception 'downstream constraint rejects BOOM';
-        end if;
-        return new;
-      end $$;
-      create trigger reject_boom before insert on "${s}".jobs for each row execute function "${s}".reject_boom();`);
+    const undo = await rejectJobsFor(target, s);
     const done = counter(3);
     const handled: string[] = [];
     bus.on('order.created', 'h', (e) => {
@@ -96,7 +89,7 @@ describe.each(targets)('relay on $name', (target) => {
     expect((await bus.overview()).poisoned).toBe(1);
 
     // Fix the cause, requeue, and the event goes through.
-    await target.query(`drop trigger reject_boom on "${s}".jobs`);
+    await undo();
     expect(await bus.events.requeue({ poisoned: true })).toEqual([ids[1]]);
     await done.done;
     expect(handled.sort()).toEqual(['A', 'BOOM', 'C']);

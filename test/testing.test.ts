@@ -43,11 +43,14 @@ describe('demo', () => {
     const summary = await runDemo({ orders: 20, ratePerSecond: 200, quiet: true });
     expect(summary.recorded).toBe(40);
     expect(summary.fanned).toBe(40);
-    // 20 × warehouse + 20 × sms (1 discarded: order 13) + search-index (coalesced per order and round).
+    // 20 × warehouse + 20 × sms (1 discarded: order 13) + 20 webhooks + search-index (coalesced per order and round).
     expect(summary.discarded).toBe(1);
     expect(summary.smsSent).toBe(19);
-    expect(summary.completed).toBeGreaterThanOrEqual(20 + 19 + 20);
+    expect(summary.completed).toBeGreaterThanOrEqual(20 + 19 + 20 + 20);
     expect(summary.retried).toBeGreaterThanOrEqual(2 + 2); // orders 7 and 14 once, order 13 twice
     expect(summary.latencyP99Ms).toBeGreaterThan(0);
+    // One signed delivery per paid order, each verified by the receiver.
+    expect(summary.webhooksVerified).toBe(20);
+    expect(summary.webhooksRejected).toBe(0);
   }, 60_000);
 });

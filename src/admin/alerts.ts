@@ -70,7 +70,7 @@ export const eventsPoisonedAlert: AlertEvaluator = {
     return {
       name: 'events_poisoned', figure: f.poisoned.value, threshold: t.eventsPoisoned, unit: 'events',
       since: f.poisonedSince, estimated: f.poisoned.estimated,
-      message: `${f.poisoned.value} poisoned events: fix the cause, then \`rea events requeue --poisoned\``,
+      message: `${plural(f.poisoned.value, 'poisoned event')}: fix the cause, then \`rea events requeue --poisoned\``,
     };
   },
 };
@@ -83,7 +83,7 @@ export const jobsDiscardedAlert: AlertEvaluator = {
     return {
       name: 'jobs_discarded', figure: d.value, threshold: t.jobsDiscarded, unit: 'jobs',
       since: f.discardedSince, estimated: d.estimated,
-      message: `${d.value}${d.estimated ? ' (estimate)' : ''} discarded jobs: fix the handler, then \`rea jobs retry --discarded\``,
+      message: `${plural(d.value, 'discarded job')}${d.estimated ? ' (estimate)' : ''}: fix the handler, then \`rea jobs retry --discarded\``,
     };
   },
 };
@@ -101,7 +101,7 @@ export const endpointDisabledAlert: AlertEvaluator = {
     return {
       name: 'endpoint_disabled', figure: n, threshold: t.endpointsDisabled, unit: 'endpoints',
       since: f.endpointsDisabledSince, estimated: false,
-      message: `${n} disabled webhook endpoint${n === 1 ? '' : 's'} (nothing is enqueued for them): fix the receiver, then \`rea endpoints enable <id>\``,
+      message: `${plural(n, 'disabled webhook endpoint')} (nothing is enqueued for them): fix the receiver, then \`rea endpoints enable <id>\``,
     };
   },
 };
@@ -128,4 +128,8 @@ export function formatMs(ms: number): string {
   if (ms < 7_200_000) return `${Math.round(ms / 60_000)} min`;
   if (ms < 172_800_000) return `${(ms / 3_600_000).toFixed(1)} h`;
   return `${(ms / 86_400_000).toFixed(1)} d`;
+}
+
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }

@@ -2,11 +2,17 @@
 // application's own metrics and two handlers never collide). Gauges are read from the overview
 // at scrape time; handler durations and delivery outcomes are counted from this process's
 // lifecycle signals.
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { createRequire } from 'node:module';
+import type * as PromClient from 'prom-client';
+
+// Loaded when an admin handler is created, not when rea is imported: a worker that never serves
+// /metrics should not carry prom-client.
+const prom = () => createRequire(import.meta.url)('prom-client') as typeof PromClient;
 import type { AdminBus } from './route.js';
 
 export class AdminMetrics {
-  readonly registry = new Registry();
+  private readonly p = prom();
+  readonly registry = new this.p.Registry();
   private readonly backlog = this.gauge('rea_events_backlog', 'Unfanned, unpoisoned events waiting for the relay');
   private readonly poisoned = this.gauge('rea_events_poisoned', 'Events quarantined after repeated fan-out failures');
   private readonly oldest = this.gauge('rea_events_oldest_unfanned_age_seconds', 'Age of the oldest unfanned event (0 when none)');
@@ -14,12 +20,12 @@ export class AdminMetrics {
   private readonly tables = this.gauge('rea_table_size_bytes', "Total size of each rea table with indexes and TOAST", ['table']);
   private readonly alerts = this.gauge('rea_alert_active', 'Alerts currently raised by the overview (1 while active)', ['alert']);
   private readonly leader = this.gauge('rea_leader_lease_valid', '1 when some instance holds an unexpired leader lease');
-  private readonly durations = new Histogram({
+  private readonly durations = new this.p.Histogram({
     name: 'rea_handler_duration_seconds', help: 'Run time of jobs completed by this process, by target and kind',
     labelNames: ['handler', 'kind'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [this.registry],
   });
-  private readonly deliveries = new Counter({
+  private readonly deliveries = new this.p.Counter({
     name: 'rea_webhook_deliveries_total', help: 'Webhook delivery attempts made by this process, by outcome',
     labelNames: ['outcome'], registers: [this.registry],
   });
@@ -57,7 +63,7 @@ export class AdminMetrics {
     for (const off of this.offs.splice(0)) off();
   }
 
-  private gauge(name: string, help: string, labelNames: string[] = []): Gauge {
-    return new Gauge({ name, help, labelNames, registers: [this.registry] });
+  private gauge(name: string, help: string, labelNames: string[] = []): PromClient.Gauge {
+    return new this.p.Gauge({ name, help, labelNames, registers: [this.registry] });
   }
 }

@@ -2,6 +2,8 @@
 // that record events; a warehouse handler reserves stock (transactionally), a flaky SMS handler
 // shows retries and its idempotency key, a search indexer coalesces per order. Exits by itself.
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -10,6 +12,7 @@ import { createBus } from '../bus.js';
 import { defineEvents } from '../core/events.js';
 import { pino } from 'pino';
 import type { Logger } from '../core/logger.js';
+import { verifyPayload } from '../channels/webhook/signature.js';
 import { formatOverview } from './status.js';
 import { servePanel } from './panel.js';
 import type { AdminBus } from '../admin/route.js';
@@ -28,6 +31,9 @@ export interface DemoSummary {
   smsSent: number;
   latencyP50Ms: number;
   latencyP99Ms: number;
+  /** Distinct webhook deliveries the local receiver accepted after verifying their signature. */
+  webhooksVerified: number;
+  webhooksRejected: number;
 }
 
 export async function runDemo(options: {
@@ -47,6 +53,8 @@ export async function runDemo(options: {
     events: demoEvents,
     relay: { minPollMs: 2 },
     worker: { concurrency: 8 },
+    // The demo's webhook receiver listens on 127.0.0.1, which the SSRF guard refuses by default.
+    webhooks: { allowPrivateNetworks: true },
   });
   await bus.migrate();
   await bus.driver.execScript(`
@@ -80,6 +88,12 @@ export async function runDemo(options: {
       [event.payload.orderNo, status],
     );
   }, { coalesce: 'subject', transactional: true });
+
+  // A partner's webhook receiver: it verifies every delivery's Standard Webhooks signature with
+  // the secret it was given once, at endpoint creation, and counts distinct webhook-ids.
+  const receiver = await startReceiver();
+  const endpoint = await bus.endpoints.create({ url: receiver.url, eventTypes: ['order.paid'], description: 'demo partner (local receiver)' });
+  receiver.secret = endpoint.secret;
 
   const counts = { fanned: 0, completed: 0, retried: 0, discarded: 0 };
   bus.lifecycle.on('relay:batch:fanned', (b) => (counts.fanned += b.eventIds.length));
@@ -125,12 +139,14 @@ export async function runDemo(options: {
   const summary: DemoSummary = {
     recorded, fanned: counts.fanned, completed: counts.completed, retried: counts.retried, discarded: counts.discarded,
     smsSent: sent.size, latencyP50Ms: pct(50), latencyP99Ms: pct(99),
+    webhooksVerified: receiver.verified.size, webhooksRejected: receiver.rejected,
   };
   if (tty) out(`\r${' '.repeat(100)}\r`);
   out(`\nsummary\n`);
   out(`  events recorded ${summary.recorded}, fanned out ${summary.fanned}\n`);
   out(`  jobs completed ${summary.completed}, retried ${summary.retried}, discarded ${summary.discarded} (order ORD-0013's SMS: invalid number)\n`);
   out(`  SMS sent once per order: ${summary.smsSent} distinct idempotency keys\n`);
+  out(`  webhooks to the local receiver: ${summary.webhooksVerified} delivered with a valid signature, ${summary.webhooksRejected} rejected\n`);
   out(`  commit → warehouse handler: p50 ${summary.latencyP50Ms.toFixed(1)} ms, p99 ${summary.latencyP99Ms.toFixed(1)} ms\n`);
   out(`\n${formatOverview(overview)}\n`);
 
@@ -146,8 +162,33 @@ export async function runDemo(options: {
     await panel.close();
   }
   await bus.stop();
+  await receiver.close();
   if (!options.dataDir && !options.keepRunning) rmSync(dir, { recursive: true, force: true });
   return summary;
+}
+
+async function startReceiver() {
+  const state = {
+    url: '', secret: '', verified: new Set<string>(), rejected: 0,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString('utf8');
+      if (state.secret && verifyPayload({ headers: req.headers, body, secrets: [state.secret] })) {
+        state.verified.add(String(req.headers['webhook-id']));
+        res.writeHead(204).end();
+      } else {
+        state.rejected++;
+        res.writeHead(401).end();
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/webhooks/rea`;
+  return state;
 }
 
 export function demoCommand(): Command {

@@ -9,7 +9,14 @@ export interface Queryable {
   query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: R[]; rowCount?: number | null }>;
 }
 
+export interface TransactionOptions {
+  /** Events to write just before COMMIT (with `deferredRecord`, in the same round trip). */
+  pendingEvents?: () => EventInsert[];
+}
+
 export interface DriverCapabilities {
+  /** record() into bus.transaction may wait for COMMIT and travel with it (saves a round trip). */
+  readonly deferredRecord: boolean;
   /** LISTEN/NOTIFY wake-ups across processes; without it, relay and workers poll. */
   readonly listenNotify: boolean;
   /** SELECT … FOR UPDATE SKIP LOCKED for claims. */
@@ -195,7 +202,7 @@ export interface Driver {
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
   migrate(): Promise<{ applied: number[] }>;
   /** Run fn in a transaction on one of rea's own connections. */
-  transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */
   unwrapTransaction(tx: unknown): Queryable;
   /** Run a script of several statements in one transaction (capture triggers, operator SQL). */

@@ -1,6 +1,6 @@
 // The transaction object bus.transaction() hands to its callback: business writes go through
 // tx.query, and record(tx, …) recognises it without any adapter.
-import type { Queryable } from '../driver/types.js';
+import type { EventInsert, Queryable } from '../driver/types.js';
 
 const REA_TX = Symbol.for('rea.transaction');
 
@@ -9,15 +9,34 @@ export interface Transaction extends Queryable {
   readonly raw: unknown;
 }
 
-export function makeTransaction(q: Queryable, raw: unknown, state: { open: boolean }): Transaction {
+export interface TransactionState {
+  open: boolean;
+  /**
+   * Events recorded but not yet written. The driver writes them together with COMMIT (one round
+   * trip less per transaction), or before the next tx.query, so the transaction always sees them.
+   */
+  pending?: EventInsert[];
+  flush?: () => Promise<void>;
+}
+
+export function makeTransaction(q: Queryable, raw: unknown, state: TransactionState): Transaction {
   return {
     [REA_TX]: state,
     raw,
-    query: (sql: string, params?: unknown[]) => {
+    query: async (sql: string, params?: unknown[]) => {
       if (!state.open) throw new Error('this rea transaction has already ended; use the tx only inside its callback');
+      if (state.pending?.length) await state.flush!();
       return q.query(sql, params);
     },
   } as Transaction;
+}
+
+/** Queue events on a rea transaction that defers them; false when it writes at once. */
+export function deferInto(tx: Transaction, rows: EventInsert[]): boolean {
+  const state = (tx as unknown as Record<symbol, TransactionState>)[REA_TX]!;
+  if (!state.pending) return false;
+  state.pending.push(...rows);
+  return true;
 }
 
 export function isReaTransaction(tx: unknown): tx is Transaction {

@@ -3,7 +3,13 @@
 // (the connector's lookup is pinned), so a DNS answer that changes in between cannot steer it.
 import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupFunction } from 'node:net';
-import { Agent, request } from 'undici';
+import { createRequire } from 'node:module';
+import type * as Undici from 'undici';
+
+// undici is loaded on the first delivery: it costs ~20 MB of memory that a process which never
+// delivers a webhook (a recorder, a handler-only worker) should not pay.
+let undici: typeof Undici | undefined;
+const loadUndici = () => (undici ??= createRequire(import.meta.url)('undici') as typeof Undici);
 import { assertUrlAllowed, checkAddress, type AddressPolicy, type CheckedUrl } from './address.js';
 import { OptionsError } from '../../core/errors.js';
 import { WebhookUrlRefusedError } from './errors.js';
@@ -199,7 +205,7 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
   const timer = setTimeout(() => deadline.abort(DEADLINE), timeoutMs);
   const signal = options.signal ? AbortSignal.any([options.signal, deadline.signal]) : deadline.signal;
   const errCtx = { deadline: deadline.signal, caller: options.signal, timeoutMs, connectTimeoutMs };
-  let agent: Agent | undefined;
+  let agent: Undici.Agent | undefined;
   try {
     let vetted: ResolvedAddress[];
     if (checked.literal) {
@@ -229,6 +235,7 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
     }
     const addresses = vetted.map((a) => a.address);
 
+    const { Agent, request } = loadUndici();
     agent = new Agent({
       connect: { timeout: connectTimeoutMs, lookup: pinnedLookup(vetted) },
       headersTimeout: timeoutMs,
@@ -237,7 +244,7 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
       pipelining: 0,
     });
 
-    let res: Awaited<ReturnType<typeof request>>;
+    let res: Awaited<ReturnType<typeof Undici.request>>;
     try {
       res = await request(checked.url, {
         method: 'POST',

@@ -1,7 +1,7 @@
 // The embedded driver: PostgreSQL compiled to WASM, in-process. It reuses the PostgreSQL SQL.
 // PGlite is one connection, so rea's transactions and the application's queue behind each other.
 import { PGlite } from '@electric-sql/pglite';
-import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
+import type { Driver, DriverCapabilities, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
@@ -17,7 +17,7 @@ export interface PGliteDriverOptions {
 }
 
 export class PGliteDriver implements Driver {
-  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: false, dialect: 'pglite' };
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: false, deferredRecord: false, dialect: 'pglite' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;
@@ -49,8 +49,14 @@ export class PGliteDriver implements Driver {
     return { applied };
   }
 
-  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T> {
-    return this.db.transaction((tx) => fn(tx as unknown as Queryable, tx));
+  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
+    return this.db.transaction(async (tx) => {
+      const result = await fn(tx as unknown as Queryable, tx);
+      // In-process, a round trip costs nothing: pending events (if any) are simply inserted.
+      const pending = options?.pendingEvents?.() ?? [];
+      if (pending.length) await this.executor.eventInsertMany(tx as unknown as Queryable, pending);
+      return result;
+    });
   }
 
   async execScript(sql: string): Promise<void> {

@@ -1,6 +1,6 @@
 // The PostgreSQL driver on node-postgres: a pool for rea's own work, a dedicated connection for LISTEN.
 import pg from 'pg';
-import type { Driver, DriverCapabilities, Queryable } from '../../driver/types.js';
+import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
 import { isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
@@ -21,7 +21,7 @@ export interface PostgresDriverOptions {
 }
 
 export class PostgresDriver implements Driver {
-  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, dialect: 'postgres' };
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, deferredRecord: true, dialect: 'postgres' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;
@@ -61,7 +61,7 @@ export class PostgresDriver implements Driver {
     return { applied };
   }
 
-  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
     // A checked-out client has no error listener of the pool's; without ours, a connection
@@ -74,7 +74,10 @@ export class PostgresDriver implements Driver {
     try {
       await client.query('BEGIN');
       const result = await fn(preparedQueryable(client, this.hot), client);
-      await client.query('COMMIT');
+      const pending = options?.pendingEvents?.() ?? [];
+      // Deferred events travel with COMMIT in one simple-protocol query: if the insert fails, the
+      // transaction is aborted, COMMIT never runs, and the error reaches the caller.
+      await client.query(pending.length ? `${this.eventInsertLiteral(pending)};\ncommit` : 'COMMIT');
       return result;
     } catch (err) {
       try {
@@ -87,6 +90,14 @@ export class PostgresDriver implements Driver {
       client.off('error', onError);
       client.release(broken);
     }
+  }
+
+  /** The events insert with its values as escaped literals, for the simple protocol (no parameters). */
+  private eventInsertLiteral(events: EventInsert[]): string {
+    const lit = (v: string | null) => (v === null ? 'null' : pg.escapeLiteral(v));
+    const rows = events.map((e) =>
+      `(${lit(e.id)}::uuid, ${lit(e.type)}, ${lit(e.subject)}, ${lit(e.payloadJson)}::jsonb, ${lit(e.traceId)}, ${lit(e.createdBy)}, ${Number(e.version) | 0})`);
+    return `${this.sql.eventInsertValuesPrefix} ${rows.join(', ')}`;
   }
 
   async execScript(sql: string): Promise<void> {

@@ -58,6 +58,25 @@ select count(*)::int as n from victims`;
 
   const capped = (from: string, where: string) => /* sql */ `(select count(*) from (select 1 from ${from} where ${where} limit $1) x)::int`;
 
+  // A retried job keeps its attempt counter (so a late completion from a long-dead attempt can
+  // never match the new one) and gets the handler's current allowance on top of it. Jobs whose
+  // event retention already removed are left alone: they could only fail again.
+  const jobRetry = (filter: string) => /* sql */ `
+with picked as (
+  select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
+  from ${s}.jobs j
+  left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
+  where ${filter}
+    and exists (select 1 from ${s}.events e where e.id = j.event_id)
+  for update of j skip locked
+)
+update ${s}.jobs j
+set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
+    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
+from picked
+where j.id = picked.id
+returning j.id::text as id`;
+
   return {
     retentionDeleteEvents: /* sql */ `${cutoff}, victims as (${eventVictims(true)}
 ), gone as (
@@ -160,40 +179,8 @@ order by c.relname`,
 
     handlerSchedules: /* sql */ `select name, max_attempts, lease_ms from ${s}.handlers order by name`,
 
-    // A retried job keeps its attempt counter (so a late completion from a long-dead attempt can
-    // never match the new one) and gets the handler's current allowance on top of it. Jobs whose
-    // event retention already removed are left alone: they could only fail again.
-    jobRetryByIds: /* sql */ `
-with picked as (
-  select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
-  from ${s}.jobs j
-  left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
-  where j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')
-    and exists (select 1 from ${s}.events e where e.id = j.event_id)
-  for update of j skip locked
-)
-update ${s}.jobs j
-set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
-    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
-from picked
-where j.id = picked.id
-returning j.id::text as id`,
-
-    jobRetryByState: /* sql */ `
-with picked as (
-  select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
-  from ${s}.jobs j
-  left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
-  where j.state = $1 and j.finalized_at is not null and ($3::text is null or j.target = $3)
-    and exists (select 1 from ${s}.events e where e.id = j.event_id)
-  for update of j skip locked
-)
-update ${s}.jobs j
-set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
-    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
-from picked
-where j.id = picked.id
-returning j.id::text as id`,
+    jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),
+    jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or j.target = $3)`),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it
     // cancelled would be a lie. The claim locks the row first, so the two never both win.

@@ -4,7 +4,7 @@
 export function postgresStatements(s: string) {
   const fanOut = (filter: string) => /* sql */ `
 with claimed as (
-  select id, type, coalesce(subject, id::text) as coalesce_key
+  select ctid, id, type, coalesce(subject, id::text) as coalesce_key
   from ${s}.events
   where fanned_out_at is null and poisoned_at is null ${filter}
   order by id
@@ -45,10 +45,12 @@ with claimed as (
   order by event_id
   returning 1
 ), fanned as (
+  -- By ctid: the rows are locked by this statement, so their position is stable, and the update
+  -- skips a primary-key probe per event (which grows with the history the table holds).
   update ${s}.events e
   set fanned_out_at = coalesce($2::timestamptz, now())
   from claimed c
-  where e.id = c.id
+  where e.ctid = c.ctid
   returning e.id
 )
 select coalesce((select array_agg(id order by id) from fanned), '{}')::text[] as event_ids,
@@ -58,6 +60,9 @@ select coalesce((select array_agg(id order by id) from fanned), '{}')::text[] as
     eventInsertOne: /* sql */ `
 insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
 values ($1, $2, $3, $4::jsonb, $5, $6, $7)`,
+
+    // Followed by literal value rows, for deferred events sent together with COMMIT.
+    eventInsertValuesPrefix: /* sql */ `insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version) values`,
 
     eventInsertMany: /* sql */ `
 insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)

@@ -202,4 +202,16 @@ create table {schema}.events_archive (
 );
 `,
   },
+  {
+    version: 5,
+    name: 'queue_autovacuum',
+    // Every job row is written three times (insert, claim, finish) and then deleted by retention,
+    // so the jobs table churns faster than any other: vacuum it at 2 % dead rows, as events, so
+    // its dead tuples are reclaimed before they pile up. Consume records and attempts churn with it.
+    sql: /* sql */ `
+alter table {schema}.jobs set (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+alter table {schema}.consumes set (autovacuum_vacuum_scale_factor = 0.02);
+alter table {schema}.webhook_attempts set (autovacuum_vacuum_scale_factor = 0.02);
+`,
+  },
 ];
