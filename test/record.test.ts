@@ -41,6 +41,36 @@ describe.each(targets)('record on $name', (target) => {
     expect(await eventCount(target, bus.schema)).toBe(0);
   });
 
+  it.skipIf(!target.available)('an event recorded in bus.transaction is visible to the rest of that transaction', async () => {
+    const bus = await testBus(target, events);
+    const seen = await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.created', { orderNo: 'V1', total: 1 }, { subject: 'V1' });
+      const { rows } = await tx.query<{ n: number }>(`select count(*)::int as n from "${bus.schema}".events where subject = 'V1'`);
+      return rows[0]!.n;
+    });
+    expect(seen).toBe(1);
+    expect(await eventCount(target, bus.schema)).toBe(1);
+  });
+
+  it.skipIf(!target.available)('if storing the event fails at commit, the whole transaction is rolled back', async () => {
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".orders (order_no text primary key)`);
+    await target.query(`
+      create function "${s}".refuse_event() returns trigger language plpgsql as $$
+      begin raise exception 'events table refuses %', new.subject; end $$;
+      create trigger refuse_event before insert on "${s}".events for each row execute function "${s}".refuse_event();`);
+    const err = await bus
+      .transaction(async (tx) => {
+        await tx.query(`insert into "${s}".orders values ('F1')`);
+        await bus.record(tx, 'order.created', { orderNo: 'F1', total: 1 }, { subject: 'F1' });
+      })
+      .catch((e) => e);
+    expect(String(err.message)).toContain('events table refuses F1');
+    expect(await target.query(`select * from "${s}".orders`)).toEqual([]);
+    expect(await eventCount(target, s)).toBe(0);
+  });
+
   it.skipIf(!target.available)('validates with any Standard Schema and names the bad field; nothing is stored', async () => {
     const bus = await testBus(target, events);
     const err = await bus
