@@ -50,11 +50,26 @@ async function waitForPostgres(deadlineMs = 60_000): Promise<void> {
   }
 }
 
+// Workers that exited without being told to: a crash (an uncaught error) fails the run.
+let crashes = 0;
+const expectedExit = new WeakSet<ChildProcess>();
+
+function stopWorker(child: ChildProcess, signal: NodeJS.Signals): void {
+  expectedExit.add(child);
+  child.kill(signal);
+}
+
 function startWorker(n: number): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', `${root}/bin/rea.js`, 'run', `${root}/test/chaos/bus.ts`, '--stop-timeout', '2000'], {
     cwd: root,
     env: { ...process.env, CHAOS_DATABASE_URL: URL_, CHAOS_SCHEMA: schema, REA_LOG_LEVEL: 'silent' },
     stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  child.on('exit', (code, signal) => {
+    if (!expectedExit.has(child)) {
+      crashes++;
+      log(`worker ${n} exited on its own (code ${code}, signal ${signal})`);
+    }
   });
   child.stderr!.on('data', (d: Buffer) => {
     const line = d.toString().trim();
@@ -115,7 +130,7 @@ async function main(): Promise<void> {
   while (kills < KILLS) {
     await sleep(KILL_EVERY_MS * (0.5 + Math.random()));
     const i = Math.floor(Math.random() * workers.length);
-    workers[i]!.kill('SIGKILL');
+    stopWorker(workers[i]!, 'SIGKILL');
     workers[i] = startWorker(i);
     kills++;
     log(`kill -9 #${kills} (worker ${i}); acknowledged ${acknowledged.size}`);
@@ -156,7 +171,7 @@ async function main(): Promise<void> {
     await sleep(250);
   }
   const drainMs = Date.now() - produceEnded;
-  for (const w of workers) w.kill('SIGTERM');
+  for (const w of workers) stopWorker(w, 'SIGTERM');
   await Promise.all(workers.map((w) => new Promise((r) => (w.exitCode !== null ? r(null) : w.once('exit', r)))));
 
   const result = await withClient(URL_, async (c) => {
@@ -183,15 +198,15 @@ async function main(): Promise<void> {
   const summary = {
     mode: short ? 'short' : 'full', schema, kills, postgresRestarted: restartPostgres, acknowledged: acknowledged.size,
     ambiguousCommits: ambiguous, stored: result.stored, lost, duplicateEffects: result.duplicate_counter,
-    redelivered: result.redelivered, stuckJobs: result.stuck, discardedJobs: result.discarded, drainMs,
+    redelivered: result.redelivered, stuckJobs: result.stuck, discardedJobs: result.discarded, workerCrashes: crashes, drainMs,
     totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));
   await producer.stop();
-  const failed = lost > 0 || summary.duplicateEffects > 0 || summary.stuckJobs > 0 || summary.discardedJobs > 0;
+  const failed = lost > 0 || summary.duplicateEffects > 0 || summary.stuckJobs > 0 || summary.discardedJobs > 0 || crashes > 0;
   if (!failed) await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade`));
   if (failed) {
-    console.error('chaos: FAILED (lost, duplicated, stuck or discarded work); schema kept for inspection: ' + schema);
+    console.error('chaos: FAILED (lost, duplicated, stuck or discarded work, or a crashed worker); schema kept for inspection: ' + schema);
     process.exit(1);
   }
   console.error('chaos: passed');

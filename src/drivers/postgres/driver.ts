@@ -49,6 +49,10 @@ export class PostgresDriver implements Driver {
     }
     // An idle client that loses its connection must not crash the process.
     this.pool.on('error', (err) => options.onError(err, 'pool'));
+    // Nor one in use: pg-pool listens only while a client is idle or inside pool.query, and a
+    // socket error can still arrive after a query failed (server restart, pg_terminate_backend).
+    // A permanent listener on every client keeps such a late 'error' from becoming uncaught.
+    this.pool.on('connect', (client) => client.on('error', () => {}));
     this.hot = statementSet(this.sql);
     this.executor = new PostgresExecutor(preparedQueryable(this.pool, this.hot), this.sql);
     this.admin = new PostgresAdminExecutor(this.pool, s);
