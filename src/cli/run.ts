@@ -11,13 +11,13 @@ export function runCommand(): Command {
     .argument('<module>', 'path to a module exporting a bus (or a function returning one)')
     .option('--migrate', 'run migrations before starting')
     .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', '10000')
-    .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: string }) => {
+    .option('--wait-for-database <ms>', 'keep retrying while the database is unreachable at start-up', '120000')
+    .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: string; waitForDatabase: string }) => {
       const bus = await loadBus(modulePath);
-      if (flags.migrate) await bus.migrate();
-      await bus.start();
-      console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
-      await new Promise<void>((done) => {
+      let stopping: string | undefined;
+      const stopped = new Promise<void>((done) => {
         const stop = async (signal: string) => {
+          stopping = signal;
           console.error(`rea: ${signal}: stopping, waiting up to ${flags.stopTimeout} ms for running handlers`);
           await bus.stop({ timeoutMs: Number(flags.stopTimeout) });
           done();
@@ -25,7 +25,33 @@ export function runCommand(): Command {
         process.once('SIGINT', () => void stop('SIGINT'));
         process.once('SIGTERM', () => void stop('SIGTERM'));
       });
+      // A database that restarts while workers come up (a deploy, a failover) is not a reason to
+      // exit: retry start-up for a while, as the running bus itself rides out lost connections.
+      const started = await untilReachable(bus, Number(flags.waitForDatabase), () => stopping !== undefined, async () => {
+        if (flags.migrate) await bus.migrate();
+        await bus.start();
+      });
+      if (started) console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
+      await stopped;
     });
+}
+
+async function untilReachable(bus: Bus<any>, waitMs: number, cancelled: () => boolean, fn: () => Promise<void>): Promise<boolean> {
+  const until = Date.now() + waitMs;
+  let delay = 250;
+  for (;;) {
+    if (cancelled()) return false;
+    try {
+      await fn();
+      return true;
+    } catch (err) {
+      if (cancelled()) return false;
+      if (!bus.driver.isTransientError(err) || Date.now() + delay > until) throw err;
+      console.error(`rea: database unavailable (${(err as Error).message}); retrying in ${delay} ms`);
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(5000, delay * 2);
+    }
+  }
 }
 
 export async function loadBus(modulePath: string): Promise<Bus<any>> {
