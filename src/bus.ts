@@ -27,6 +27,7 @@ import { evaluateAlerts, type Alert, type AlertThresholds } from './admin/alerts
 import { Leader } from './maintenance/leader.js';
 import { Retention, type AppTableRetention, type RetentionReport } from './maintenance/retention.js';
 import { Rescuer } from './maintenance/rescuer.js';
+import { Vacuum } from './maintenance/vacuum.js';
 import { ServiceRunner } from './maintenance/service.js';
 import { Relay } from './relay/relay.js';
 import { deferInto, isReaTransaction, makeTransaction, type Transaction, type TransactionState } from './tx/rea.js';
@@ -65,6 +66,8 @@ export interface BusOptions<S extends EventSchemas> {
   notifyDebounceMs?: number;
   leader?: { ttlMs?: number; renewMs?: number };
   rescuer?: { intervalMs?: number; batchSize?: number };
+  /** Leader-run VACUUM of rea's tables: by default only while the server's autovacuum is off. */
+  vacuum?: { mode?: 'auto' | 'always' | 'never'; intervalMs?: number };
   /** Storage bounds; defaults in DEFAULTS.retention. Windows and intervals take -1 for keep / never. */
   retention?: {
     enabled?: boolean;
@@ -243,6 +246,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   });
   const maintenance = [new ServiceRunner(new Rescuer(driver, o.rescuer?.intervalMs ?? DEFAULTS.rescuer.intervalMs, o.rescuer?.batchSize ?? DEFAULTS.rescuer.batchSize, { clock, lifecycle }), log)];
   maintenance.push(
+    new ServiceRunner(new Vacuum(driver, o.vacuum?.intervalMs ?? DEFAULTS.vacuum.intervalMs, o.vacuum?.mode ?? DEFAULTS.vacuum.mode, { lifecycle, log }), log),
     new ServiceRunner(new EndpointHealth(driver, {
       intervalMs: webhookOptions.healthIntervalMs, disableAfterMs: webhookOptions.disableAfterMs, batchSize: 1000,
     }, { clock, lifecycle }), log),

@@ -11,6 +11,8 @@ export interface LifecycleEvents {
   'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string; kind?: JobKindName };
   'job:skipped': { jobId: string; handler: string; eventId: string; reason: 'already-consumed' };
   'jobs:rescued': { rescued: number; discarded: number };
+  /** The leader vacuumed rea's tables (autovacuum is off, or vacuum.mode is 'always'). */
+  'tables:vacuumed': { tables: string[] };
   /** Claimed ahead by the prefetch but not started in time (or at stop): back in the queue. */
   'jobs:released': { jobIds: string[] };
   /** One retention delete statement (at most retention.batchSize rows). */

@@ -43,6 +43,8 @@ export const DEFAULTS = {
   notifyDebounceMs: 3,
   leader: { ttlMs: 15_000, renewMs: 5_000 },
   rescuer: { intervalMs: 5_000, batchSize: 1000 },
+  /** 'auto': the leader vacuums rea's tables only while the server's autovacuum is off. */
+  vacuum: { mode: 'auto' as 'auto' | 'always' | 'never', intervalMs: 60_000 },
   webhooks: {
     /** Run webhook deliveries in this process's workers. */
     enabled: true,
@@ -162,6 +164,7 @@ export const busOptionsSchema = z.object({
   notifyDebounceMs: nonNegInt.optional(),
   leader: z.object({ ttlMs: positiveInt.optional(), renewMs: positiveInt.optional() }).strict().optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
+  vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: positiveInt.optional() }).strict().optional(),
   webhooks: z.object({
     enabled: z.boolean().optional(),
     allowPrivateNetworks: z.boolean().optional(),

@@ -66,6 +66,10 @@ export interface OperationsExecutor {
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]>;
   /** Cancel waiting jobs (available, retryable); returns the ids changed. */
   jobCancel(params: { ids: string[]; now: Date | null }): Promise<string[]>;
+  /** Whether the server's autovacuum daemon is on (it is a server setting; rea cannot change it). */
+  autovacuumEnabled(): Promise<boolean>;
+  /** Plain VACUUM (ANALYZE) of rea's high-churn tables; takes no lock that blocks reads or writes. */
+  vacuumTables(): Promise<string[]>;
   /** The states of the given jobs (to tell the caller why some were left alone). */
   jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; eventFound: boolean }[]>;
 }

@@ -15,6 +15,8 @@ export interface TransactionOptions {
 }
 
 export interface DriverCapabilities {
+  /** The server may run autovacuum in the background (PGlite has no background workers). */
+  readonly autovacuumDaemon: boolean;
   /** record() into bus.transaction may wait for COMMIT and travel with it (saves a round trip). */
   readonly deferredRecord: boolean;
   /** LISTEN/NOTIFY wake-ups across processes; without it, relay and workers poll. */

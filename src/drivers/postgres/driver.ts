@@ -21,7 +21,7 @@ export interface PostgresDriverOptions {
 }
 
 export class PostgresDriver implements Driver {
-  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, deferredRecord: true, dialect: 'postgres' };
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, autovacuumDaemon: true, deferredRecord: true, dialect: 'postgres' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;

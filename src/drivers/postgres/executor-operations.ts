@@ -15,6 +15,21 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     this.sql = postgresOperationsStatements(quotedSchema);
   }
 
+  async autovacuumEnabled(): Promise<boolean> {
+    const { rows } = await this.pool.query<Row>(this.sql.autovacuumEnabled);
+    return rows[0]?.on === true;
+  }
+
+  async vacuumTables(): Promise<string[]> {
+    const done: string[] = [];
+    // VACUUM cannot run in a transaction block: each runs as its own statement on the pool.
+    for (const text of this.sql.vacuumTables) {
+      await this.pool.query(text);
+      done.push(text.split('.').pop()!);
+    }
+    return done;
+  }
+
   async retentionDelete(p: { target: RetentionTarget; limit: number; now: Date | null }): Promise<number> {
     const [text, params] = this.retentionStatement(p.target, 'delete', p.limit, p.now);
     const { rows } = await this.pool.query<Row>(text, params);

@@ -177,6 +177,10 @@ from pg_class c join pg_namespace n on n.oid = c.relnamespace
 where n.nspname = $1 and c.relkind in ('r', 'p')
 order by c.relname`,
 
+    autovacuumEnabled: /* sql */ `select current_setting('autovacuum') = 'on' as on`,
+    // Tables whose rows are written several times each and deleted by retention.
+    vacuumTables: ['jobs', 'events', 'consumes', 'webhook_attempts'].map((t) => /* sql */ `vacuum (analyze) ${s}.${t}`),
+
     handlerSchedules: /* sql */ `select name, max_attempts, lease_ms from ${s}.handlers order by name`,
 
     jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),

@@ -1,0 +1,50 @@
+// Dead rows stay bounded even where autovacuum does not run: the leader vacuums rea's tables
+// itself when the server's autovacuum is off (or on PGlite, which has no background workers).
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineEvents } from '../src/index.js';
+import { targets, testBus } from './helpers/db.js';
+
+const events = defineEvents({ 'row.changed': z.object({ n: z.number() }) });
+
+describe.each(targets)('vacuum on $name', (target) => {
+  it.skipIf(!target.available)("mode 'auto' vacuums rea's tables exactly when nothing else will", async () => {
+    const bus = await testBus(target, events, { vacuum: { mode: 'auto', intervalMs: 50 }, leader: { ttlMs: 1000, renewMs: 50 } });
+    const autovacuumRuns = target.name === 'postgres'
+      && (await target.query<{ on: boolean }>(`select current_setting('autovacuum') = 'on' as on`))[0]!.on;
+    bus.on('row.changed', 'h', () => {});
+    if (autovacuumRuns) {
+      // With the daemon on, rea leaves vacuuming to it: no pass within a few intervals.
+      let passes = 0;
+      bus.lifecycle.on('tables:vacuumed', () => passes++);
+      await bus.start();
+      await bus.lifecycle.waitFor('leader:elected');
+      await new Promise((r) => setTimeout(r, 300));
+      expect(passes).toBe(0);
+      return;
+    }
+    const vacuumed = bus.lifecycle.waitFor('tables:vacuumed', () => true, 10_000);
+    await bus.start();
+    expect((await vacuumed).tables).toEqual(['jobs', 'events', 'consumes', 'webhook_attempts']);
+    if (target.name === 'postgres') {
+      const rows = await target.query(`select relname from pg_stat_user_tables where schemaname = $1 and last_vacuum is not null order by relname`, [bus.schema]);
+      expect(rows.map((r: { relname: string }) => r.relname)).toEqual(['consumes', 'events', 'jobs', 'webhook_attempts']);
+    }
+  });
+
+  it.skipIf(!target.available)("mode 'never' never vacuums; mode 'always' does even with autovacuum on", async () => {
+    const never = await testBus(target, events, { vacuum: { mode: 'never', intervalMs: 20 }, leader: { ttlMs: 1000, renewMs: 50 } });
+    let passes = 0;
+    never.lifecycle.on('tables:vacuumed', () => passes++);
+    await never.start();
+    await never.lifecycle.waitFor('leader:elected');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(passes).toBe(0);
+    await never.stop();
+
+    const always = await testBus(target, events, { vacuum: { mode: 'always', intervalMs: 20 }, leader: { ttlMs: 1000, renewMs: 50 } });
+    const vacuumed = always.lifecycle.waitFor('tables:vacuumed', () => true, 10_000);
+    await always.start();
+    expect((await vacuumed).tables).toContain('jobs');
+  });
+});
