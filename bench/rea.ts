@@ -146,6 +146,8 @@ export async function reaLatencyBus(schema: string, concurrency: number, onJob: 
  */
 export async function reaTxOverhead(schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number }> {
   const { createOrders, insertOrder } = await import('./physical.js');
+  const { dropSchema } = await import('./lib/env.js');
+  await dropSchema(schema); // a fresh schema, as for every other figure
   const bus = await makeBus(schema, { poolSize: connections, relay: { enabled: false }, worker: { enabled: false } });
   try {
     await bus.migrate();
@@ -176,5 +178,6 @@ export async function reaTxOverhead(schema: string, total: number, connections: 
     return { alone: alone / rounds, withRecord: withRecord / rounds };
   } finally {
     await bus.stop();
+    await dropSchema(schema);
   }
 }
