@@ -13,6 +13,7 @@ export type VacuumMode = 'auto' | 'always' | 'never';
 export class Vacuum implements MaintenanceService {
   readonly name = 'vacuum';
   private warned = false;
+  private armed = false;
 
   constructor(
     private readonly driver: Driver,
@@ -22,6 +23,12 @@ export class Vacuum implements MaintenanceService {
   ) {}
 
   async runOnce(): Promise<{ vacuumed: string[] }> {
+    // The first pass waits one interval: a process that just took the lead (a deploy, a
+    // restart) should get its backlog moving before it spends I/O on vacuum.
+    if (!this.armed) {
+      this.armed = true;
+      return { vacuumed: [] };
+    }
     if (this.mode === 'never') return { vacuumed: [] };
     if (this.mode === 'auto' && this.driver.capabilities.autovacuumDaemon && (await this.driver.operations.autovacuumEnabled())) {
       return { vacuumed: [] };
