@@ -164,7 +164,7 @@ export function storageMarkdown(r: StorageBenchResult): string {
     `${r.recorded} events at ${r.options.ratePerSecond}/s for ${(r.options.durationMs / 1000).toFixed(0)} s, every retention window ${(r.options.windowMs / 1000).toFixed(0)} s, ` +
       'one handler that always fails (2 attempts), one poisoned event.',
     '',
-    'Each cell: total size (rows). Sizes keep growing until autovacuum (naptime 1 min) frees the deleted rows for reuse; rows plateau after one window.',
+    'Each cell: total size (rows). Rows plateau after one window; sizes plateau once deleted rows are vacuumed and their space reused (this server runs with autovacuum off, so rea\'s leader vacuums its tables every minute).',
     '',
     `| t (s) | ${TRACKED.join(' | ')} | backlog | completed | discarded | alerts |`,
     `|---|${TRACKED.map(() => '---:').join('|')}|---:|---:|---:|---|`,
