@@ -194,8 +194,8 @@ async function startReceiver() {
 export function demoCommand(): Command {
   return new Command('demo')
     .description('run a small order service on embedded PGlite and show rea at work')
-    .option('--orders <n>', 'orders to create and pay', '150')
-    .option('--rate <n>', 'orders per second', '100')
+    .option('--orders <n>', 'orders to create and pay', '100')
+    .option('--rate <n>', 'orders per second (PGlite is one connection: beyond ~40/s its queue grows)', '25')
     .option('--keep-running', 'keep the bus running after the summary, with the admin panel')
     .option('--panel-port <n>', 'port of the admin panel while --keep-running', '8787')
     .action(async (flags: { orders: string; rate: string; keepRunning?: boolean; panelPort: string }) => {
