@@ -59,6 +59,7 @@ export class Worker {
   private stopping = false;
   /** Claimed jobs waiting for a free slot, oldest claim first. */
   private buffer: { job: ClaimedJob; claimedAt: number }[] = [];
+  private bufferTimer: NodeJS.Timeout | undefined;
   /** Completions per second, smoothed; sizes the prefetch buffer. */
   private rate = 0;
   private rateWindowStart = performance.now();
@@ -131,6 +132,8 @@ export class Worker {
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
     await this.loop.stop();
+    clearTimeout(this.bufferTimer);
+    this.bufferTimer = undefined;
     // Jobs claimed ahead but never started go straight back to the queue for another process.
     for (const { job } of this.buffer.splice(0)) {
       this.count(this.bufferedCount, job, -1);
@@ -183,6 +186,7 @@ export class Worker {
       this.buffer.push({ job, claimedAt });
     }
     this.dispatch();
+    this.watchBuffer();
     if (jobs.length >= room) {
       // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;
@@ -197,6 +201,21 @@ export class Worker {
   }
 
   /** Start buffered jobs while slots are free; release those that waited too long to start safely. */
+  /**
+   * While jobs wait in the buffer, look at it again every quarter of the lease margin: if every
+   * slot is held by long handlers, no completion comes to trigger dispatch(), and the waiting
+   * jobs must still go back to the queue in time rather than sit out a handler's timeout.
+   */
+  private watchBuffer(): void {
+    if (this.bufferTimer || this.buffer.length === 0 || this.stopping) return;
+    this.bufferTimer = setTimeout(() => {
+      this.bufferTimer = undefined;
+      this.dispatch();
+      this.watchBuffer();
+    }, Math.max(10, this.options.leaseMarginMs / 4));
+    this.bufferTimer.unref?.();
+  }
+
   private dispatch(): void {
     if (this.buffer.length === 0 || this.stopping) return;
     // A job must start well inside its lease: its timeout then fires before the lease expires,
