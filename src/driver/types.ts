@@ -188,7 +188,6 @@ export interface Executor {
   leaderAttemptElect(params: { leaderId: string; ttlMs: number; now: Date | null }): Promise<boolean>;
   leaderResign(params: { leaderId: string }): Promise<void>;
 
-  statusCounts(): Promise<StatusCounts>;
 }
 
 export interface Driver {

@@ -2,9 +2,8 @@
 // maps rows to rea's own types.
 import type {
   ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutResult, HandlerSubscription,
-  JobFailure, JobRow, JobState, Queryable, StatusCounts, WebhookFanOut,
+  JobFailure, JobRow, Queryable, WebhookFanOut,
 } from '../../driver/types.js';
-import { JOB_STATES } from '../../driver/types.js';
 import { DEFAULTS } from '../../core/options.js';
 import { patternToLike } from './patterns.js';
 import type { PostgresStatements } from './sql.js';
@@ -151,13 +150,6 @@ export class PostgresExecutor implements Executor {
     await this.pool.query(this.sql.leaderResign, [p.leaderId]);
   }
 
-  async statusCounts(): Promise<StatusCounts> {
-    const { rows } = await this.pool.query<Row>(this.sql.statusCounts);
-    const r = rows[0]!;
-    const jobs = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
-    for (const [state, n] of Object.entries((r.jobs ?? {}) as Record<string, number>)) jobs[state as JobState] = n;
-    return { backlog: r.backlog, poisoned: r.poisoned, oldestUnfannedAt: r.oldest_unfanned_at ?? null, jobs };
-  }
 }
 
 function affected(res: { rowCount?: number | null; affectedRows?: number }): number {

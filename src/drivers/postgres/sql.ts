@@ -238,14 +238,6 @@ returning leader_id`,
     leaderResign: /* sql */ `
 delete from ${s}.leader where name = 'default' and leader_id = $1`,
 
-    statusCounts: /* sql */ `
-select
-  (select count(*) from ${s}.events where fanned_out_at is null and poisoned_at is null)::int as backlog,
-  (select count(*) from ${s}.events where poisoned_at is not null)::int as poisoned,
-  (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
-     order by id limit 1) as oldest_unfanned_at,
-  (select coalesce(jsonb_object_agg(state, n), '{}'::jsonb)
-     from (select state, count(*)::int as n from ${s}.jobs group by state) c) as jobs`,
 
     notify: /* sql */ `select pg_notify($1, $2)`,
   };
