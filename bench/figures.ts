@@ -1,13 +1,11 @@
 // One function per figure of issue 6. Each takes a fresh schema, measures one system once and
 // returns plain numbers; run.ts does the interleaving, the repetitions and the medians.
-import { execFileSync, fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { fork } from 'node:child_process';
+import { compiledWorkerChild } from './lib/compile.js';
 import { connectClients, drive, endClients, nowMs, percentile, sleep } from './lib/env.js';
 import type { System } from './lib/system.js';
 import { createOrders, orderTx } from './physical.js';
 import { reaLatencyBus } from './rea.js';
-
-const CHILD = fileURLToPath(new URL('./worker-child.ts', import.meta.url));
 
 export interface ThroughputResult {
   jobsPerSec: number;
@@ -24,8 +22,8 @@ export async function throughput(system: System, schema: string, n: number, conc
   const pending = await system.remaining(schema);
   if (pending !== n) throw new Error(`${system.name}: prefill left ${pending} jobs, expected ${n}`);
 
-  const child = fork(CHILD, [system.name, schema, String(n), String(concurrency), String(timeoutMs)], {
-    execArgv: ['--import', 'tsx'],
+  const child = fork(compiledWorkerChild(), [system.name, schema, String(n), String(concurrency), String(timeoutMs)], {
+    execArgv: [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const msg: any = await new Promise((resolve, reject) => {
@@ -177,15 +175,4 @@ export async function recordOverhead(system: System, schema: string, total: numb
     await endClients(clients);
     await producer.close();
   }
-}
-
-/**
- * What the harness's TypeScript loader adds to any child's RSS: a bare child under tsx minus bare
- * node. Production runs compiled JavaScript, so figure 7 is also shown net of this.
- */
-export function loaderOverheadMB(): number {
-  const bare = fileURLToPath(new URL('./lib/bare.ts', import.meta.url));
-  const withTsx = JSON.parse(execFileSync(process.execPath, ['--import', 'tsx', bare]).toString());
-  const plain = JSON.parse(execFileSync(process.execPath, ['-e', 'console.log(JSON.stringify({ rss: process.memoryUsage().rss }))']).toString());
-  return (withTsx.rss - plain.rss) / 2 ** 20;
 }

@@ -5,7 +5,8 @@
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { claimCost } from './claim.js';
-import { enqueue, latency, loaderOverheadMB, recordOverhead, throughput } from './figures.js';
+import { enqueue, latency, recordOverhead, throughput } from './figures.js';
+import { compiledWorkerChild } from './lib/compile.js';
 import { runStorageBench, storageMarkdown } from './storage.js';
 import { reaTxOverhead } from './rea.js';
 import { closeAdmin, dropSchema, ensureDatabase, median } from './lib/env.js';
@@ -65,8 +66,6 @@ function put(figure: string, system: string, v: number) {
   m.get(system)!.push(v);
 }
 
-let loaderMB = 0;
-
 const short: Record<string, string> = { 'rea': 'rea', 'graphile-worker': 'gw', 'pg-boss': 'pgb', 'postgres': 'pg' };
 
 async function cell(figure: Figure, system: string, rep: number, fn: (schema: string) => Promise<void>) {
@@ -94,7 +93,6 @@ async function runSystemFigure(figure: Figure, sys: System, rep: number) {
         const r = await throughput(sys, schema, SIZE.throughput, CONCURRENCY, SIZE.timeoutMs);
         put('throughput', sys.name, r.jobsPerSec);
         put('peak_rss', sys.name, r.peakRssMB);
-        put('peak_rss_net_of_loader', sys.name, r.peakRssMB - loaderMB);
         put('rss_growth_while_working', sys.name, r.rssGrowthMB);
         break;
       }
@@ -155,8 +153,8 @@ async function main() {
   }
 
   if (figures.includes('throughput')) {
-    loaderMB = loaderOverheadMB();
-    log(`tsx loader adds ${loaderMB.toFixed(1)} MB to a child's RSS`);
+    log('compiling the figure-1 worker child (tsc → bench/.build)');
+    compiledWorkerChild();
   }
   log(`${quick ? 'QUICK' : 'full'} run: figures ${figures.join(', ')}; ${reps} repetition(s)`);
   for (let rep = 1; rep <= reps; rep++) {
@@ -217,14 +215,14 @@ async function main() {
 }
 
 const UNITS: Record<string, string> = {
-  throughput: 'jobs/s', peak_rss: 'MB', peak_rss_net_of_loader: 'MB', rss_growth_while_working: 'MB', latency_p50: 'ms', latency_p95: 'ms', latency_p99: 'ms', latency_max: 'ms',
+  throughput: 'jobs/s', peak_rss: 'MB', rss_growth_while_working: 'MB', latency_p50: 'ms', latency_p95: 'ms', latency_p99: 'ms', latency_max: 'ms',
   latency_offered_rate: 'jobs/s', enqueue_single: 'jobs/s', enqueue_batch500: 'jobs/s',
   overhead_order_alone: 'tx/s', overhead_order_with_record: 'tx/s', physical_plain: 'tx/s', physical_notify: 'tx/s',
   overhead_bustx_alone: 'tx/s', overhead_bustx_with_record: 'tx/s',
   claim_small_history: 'ms', claim_large_history: 'ms',
 };
 const FIGURE_OF: Record<string, Figure> = {
-  throughput: 'throughput', peak_rss: 'throughput', peak_rss_net_of_loader: 'throughput', rss_growth_while_working: 'throughput', latency_p50: 'latency', latency_p95: 'latency', latency_p99: 'latency',
+  throughput: 'throughput', peak_rss: 'throughput', rss_growth_while_working: 'throughput', latency_p50: 'latency', latency_p95: 'latency', latency_p99: 'latency',
   latency_max: 'latency', latency_offered_rate: 'latency', enqueue_single: 'enqueue', enqueue_batch500: 'enqueue',
   overhead_order_alone: 'overhead', overhead_order_with_record: 'overhead', physical_plain: 'physical', physical_notify: 'physical',
   overhead_bustx_alone: 'overhead', overhead_bustx_with_record: 'overhead',
@@ -289,9 +287,8 @@ function targetsOf(series: Series[]): Target[] {
   const cr = get('claim_ratio', 'rea');
   t.push({ figure: '6 claim vs history', text: '≤ 1.2', met: cr !== undefined ? cr <= 1.2 : undefined, value: cr !== undefined ? `${cr.toFixed(3)}${quick ? ' (quick: 1 M rows, not 5 M)' : ''}` : '—' });
   const rss = get('peak_rss', 'rea');
-  const net = get('peak_rss_net_of_loader', 'rea');
-  t.push({ figure: '7 memory', text: 'worker peak RSS ≤ 150 MB (judged net of the tsx loader, which production does not run)', met: net !== undefined ? net <= 150 : undefined,
-    value: rss !== undefined && net !== undefined ? `${net.toFixed(1)} MB net (${rss.toFixed(1)} MB as measured under tsx)` : '—' });
+  t.push({ figure: '7 memory', text: 'worker peak RSS ≤ 150 MB', met: rss !== undefined ? rss <= 150 : undefined,
+    value: rss !== undefined ? `${rss.toFixed(1)} MB` : '—' });
   return t;
 }
 
@@ -299,7 +296,7 @@ const NOTES = [
   'Every system runs on a fresh schema of the same database for every figure and repetition; the schema is dropped right after.',
   'Figure 1: jobs are enqueued with each system\'s bulk API before the worker starts (rea: recordMany of 500, unfanned, so the relay\'s fan-out is inside the measurement). The worker runs in a child process; the clock runs from just before the worker is started until every handler has run and the database shows no unfinished job (graphile: no row left in _private_jobs; pg-boss: every job `completed`; rea: no unfanned event and no job available/running/retryable). The run fails unless every job ran exactly once (a per-seq counter, checked again 250 ms after the end) and, where the system keeps them, the database shows exactly N completed.',
   'graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.',
-  'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system. The harness runs TypeScript through tsx, which adds a fixed amount to every child (measured each run: a bare child under tsx minus bare node); `peak_rss_net_of_loader` subtracts it, `rss_growth_while_working` is peak minus the RSS just before the worker started.',
+  'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system and runs as compiled JavaScript under plain node (tsc compiles src/ and bench/ into bench/.build/ at the start of the run), as in production: under the tsx loader rea\'s own files were transformed in memory and the peers\' published JavaScript was not. `rss_growth_while_working` is peak minus the RSS just before the worker started.',
   'Figure 2: producer and worker in one process (one clock). A job is sent every 5 ms on a fixed grid, each in its own transaction on one of 8 connections (rea: bus.transaction + record); latency = handler start − the moment COMMIT returned. The peers use the same configuration as figure 1.',
   'Figure 3: single = BEGIN, enqueue one job, COMMIT, back to back on 8 connections (graphile: add_job SQL; pg-boss: send() on the caller\'s client; rea: record() on the caller\'s client). Batched = one transaction per 500 jobs (graphile add_jobs, pg-boss insert, rea recordMany), 8 connections.',
   'Figure 4: BEGIN, insert an order row, COMMIT vs the same with record() before COMMIT, 8 connections, alternated in chunks; ratio = tx/s alone ÷ tx/s with record.',
