@@ -4,7 +4,7 @@ import { fork } from 'node:child_process';
 import { compiledWorkerChild } from './lib/compile.js';
 import { connectClients, drive, endClients, nowMs, percentile, sleep } from './lib/env.js';
 import type { System } from './lib/system.js';
-import { createOrders, orderTx } from './physical.js';
+import { createOrderCopy, createOrders, insertOrderCopy, orderTx, orderTxWithCommittedRow } from './physical.js';
 import { reaLatencyBus } from './rea.js';
 
 export interface ThroughputResult {
@@ -152,11 +152,15 @@ export async function enqueue(system: System, schema: string, singles: number, b
 /**
  * Figure 4 (rea only, though any system can run it): the same business transaction (insert an
  * order) without and with one enqueue in it, alternated in chunks so drift in the machine hits
- * both sides alike. Returns transactions per second for each side.
+ * both sides alike. Returns transactions per second for each side, and PostgreSQL's own floor for
+ * "one more row in this transaction": a second plain row (into a copy of the orders table) as its
+ * own statement, the shape of record() on the caller's client, and sent together with COMMIT in
+ * one simple query, the shape of record() in bus.transaction.
  */
-export async function recordOverhead(system: System, schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number }> {
+export async function recordOverhead(system: System, schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number; extraRow: number; extraRowWithCommit: number }> {
   await system.install(schema);
   await createOrders(schema);
+  await createOrderCopy(schema);
   const producer = await system.producer(schema);
   const clients = await connectClients(connections, 'rea-bench-overhead');
   try {
@@ -164,13 +168,17 @@ export async function recordOverhead(system: System, schema: string, total: numb
     const rounds = Math.ceil(total / chunk);
     let alone = 0;
     let withRecord = 0;
+    let extraRow = 0;
+    let extraRowWithCommit = 0;
     let i = 0;
     await drive(clients, 200, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
     for (let k = 0; k < rounds; k++) {
       alone += await drive(clients, chunk, (c) => orderTx(c, schema, i++));
       withRecord += await drive(clients, chunk, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
+      extraRow += await drive(clients, chunk, (c) => orderTx(c, schema, i++, (cc) => cc.query(insertOrderCopy(schema), [`o-${i}`, i % 1000])));
+      extraRowWithCommit += await drive(clients, chunk, (c) => orderTxWithCommittedRow(c, schema, i++));
     }
-    return { alone: alone / rounds, withRecord: withRecord / rounds };
+    return { alone: alone / rounds, withRecord: withRecord / rounds, extraRow: extraRow / rounds, extraRowWithCommit: extraRowWithCommit / rounds };
   } finally {
     await endClients(clients);
     await producer.close();

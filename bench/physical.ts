@@ -20,6 +20,23 @@ export async function createOrders(schema: string): Promise<void> {
 
 export const insertOrder = (schema: string) => `insert into "${schema}".orders (order_no, amount) values ($1, $2)`;
 
+/** A second table like orders, for figure 4's floor: what one more plain row in the transaction costs. */
+export async function createOrderCopy(schema: string): Promise<void> {
+  await adminPool().query(`create table "${schema}".orders_copy (like "${schema}".orders including all)`);
+}
+
+export const insertOrderCopy = (schema: string) => `insert into "${schema}".orders_copy (order_no, amount) values ($1, $2)`;
+
+/**
+ * The order transaction with one more plain row sent together with COMMIT in one simple-protocol
+ * query (as bus.transaction sends its events): no extra round trip, only the row's own work.
+ */
+export async function orderTxWithCommittedRow(c: pg.Client, schema: string, i: number) {
+  await c.query('BEGIN');
+  await c.query(insertOrder(schema), [`o-${i}`, i % 1000]);
+  await c.query(`insert into "${schema}".orders_copy (order_no, amount) values ('o-${i}', ${i % 1000});\ncommit`);
+}
+
 /** One business transaction: BEGIN, insert an order, optionally more work, COMMIT. */
 export async function orderTx(c: pg.Client, schema: string, i: number, extra?: (c: pg.Client) => Promise<unknown>) {
   await c.query('BEGIN');
