@@ -2,6 +2,7 @@
 // returns plain numbers; run.ts does the interleaving, the repetitions and the medians.
 import { fork } from 'node:child_process';
 import { compiledWorkerChild } from './lib/compile.js';
+import { serverCpuSeconds } from './lib/server-cpu.js';
 import { connectClients, drive, endClients, nowMs, percentile, sleep } from './lib/env.js';
 import type { System } from './lib/system.js';
 import { createOrderCopy, createOrders, insertOrderCopy, orderTx, orderTxWithCommittedRow } from './physical.js';
@@ -13,6 +14,8 @@ export interface ThroughputResult {
   peakRssMB: number;
   /** Peak minus the RSS once every module was loaded, just before the worker started. */
   rssGrowthMB: number;
+  /** PostgreSQL server CPU per job while the worker ran (µs), when the server runs on this machine. */
+  serverCpuUsPerJob: number | null;
 }
 
 /** Figures 1 and 7: N pre-enqueued jobs, one no-op handler, `concurrency`; worker in a child process. */
@@ -21,6 +24,7 @@ export async function throughput(system: System, schema: string, n: number, conc
   await system.prefill(schema, n);
   const pending = await system.remaining(schema);
   if (pending !== n) throw new Error(`${system.name}: prefill left ${pending} jobs, expected ${n}`);
+  const cpu0 = serverCpuSeconds();
 
   const child = fork(compiledWorkerChild(), [system.name, schema, String(n), String(concurrency), String(timeoutMs)], {
     execArgv: [],
@@ -32,6 +36,7 @@ export async function throughput(system: System, schema: string, n: number, conc
     child.on('error', reject);
     child.on('exit', (code) => (got ? resolve(got) : reject(new Error(`${system.name} worker exited with ${code} and no report`))));
   });
+  const cpu1 = serverCpuSeconds();
   if (!msg.ok) throw new Error(`${system.name} worker failed:\n${msg.error}`);
   // Every job exactly once, or the figure is meaningless: fail loudly.
   const problems = [];
@@ -42,7 +47,8 @@ export async function throughput(system: System, schema: string, n: number, conc
   if (msg.completedInDb !== null && msg.completedInDb !== n) problems.push(`database shows ${msg.completedInDb} completed, expected ${n}`);
   if (problems.length) throw new Error(`${system.name} throughput run is wrong: ${problems.join('; ')}`);
   const peak = Math.max(msg.rssPeakBytes, msg.vmHwmBytes ?? 0);
-  return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 2 ** 20, rssGrowthMB: (peak - msg.rssAtStartBytes) / 2 ** 20 };
+  return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 2 ** 20, rssGrowthMB: (peak - msg.rssAtStartBytes) / 2 ** 20,
+    serverCpuUsPerJob: cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) * 1e6) / n : null };
 }
 
 export interface LatencyResult {
