@@ -31,7 +31,7 @@ export class PostgresDriver implements Driver {
   private readonly ownsPool: boolean;
   private readonly connectionString: string | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
-  private listeners: { close: () => Promise<void> }[] = [];
+  private listeners: { close: () => Promise<void>; client: () => pg.Client | undefined }[] = [];
   /** rea's own statements, run as named prepared statements. */
   private readonly hot: ReadonlySet<string>;
 
@@ -164,6 +164,7 @@ export class PostgresDriver implements Driver {
       scheduleReconnect();
     }
     const handle = {
+      client: () => client,
       close: async () => {
         closed = true;
         clearTimeout(retryTimer);
@@ -175,6 +176,17 @@ export class PostgresDriver implements Driver {
   }
 
   async notify(channel: string, payload: string): Promise<void> {
+    // On the LISTEN connection when there is one: it is idle between notifications, and a wake-up
+    // must not take a connection from the application's pool (nor wait behind its transactions).
+    const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
+    if (listening) {
+      try {
+        await listening.query(this.sql.notify, [channel, payload]);
+        return;
+      } catch {
+        // The listen connection just failed (its error handler reconnects it); use the pool.
+      }
+    }
     await this.pool.query(this.sql.notify, [channel, payload]);
   }
 
