@@ -52,11 +52,7 @@ export async function profileStatements(schema: string, n: number, explain = fal
       const cpu0 = serverCpuSeconds();
       const t0 = performance.now();
       let rows = 0;
-      for (let k = round(); ; k = round()) {
-        const got = await k;
-        if (got === 0) break;
-        rows += got;
-      }
+      for (let got = await round(); got > 0; got = await round()) rows += got;
       const wall = performance.now() - t0;
       const cpu1 = serverCpuSeconds();
       out.push({

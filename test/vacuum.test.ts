@@ -2,10 +2,20 @@
 // itself when the server's autovacuum is off (or on PGlite, which has no background workers).
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents } from '../src/index.js';
+import { defineEvents, type Bus } from '../src/index.js';
 import { targets, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'row.changed': z.object({ n: z.number() }) });
+
+/** Start the bus and count vacuum passes for `ms` after it became leader (several intervals). */
+async function passesAfterElection(bus: Bus<any>, ms: number): Promise<number> {
+  let passes = 0;
+  bus.lifecycle.on('tables:vacuumed', () => passes++);
+  await bus.start();
+  await bus.lifecycle.waitFor('leader:elected');
+  await new Promise((r) => setTimeout(r, ms));
+  return passes;
+}
 
 describe.each(targets)('vacuum on $name', (target) => {
   it.skipIf(!target.available)("mode 'auto' vacuums rea's tables exactly when nothing else will", async () => {
@@ -15,12 +25,7 @@ describe.each(targets)('vacuum on $name', (target) => {
     bus.on('row.changed', 'h', () => {});
     if (autovacuumRuns) {
       // With the daemon on, rea leaves vacuuming to it: no pass within a few intervals.
-      let passes = 0;
-      bus.lifecycle.on('tables:vacuumed', () => passes++);
-      await bus.start();
-      await bus.lifecycle.waitFor('leader:elected');
-      await new Promise((r) => setTimeout(r, 300));
-      expect(passes).toBe(0);
+      expect(await passesAfterElection(bus, 300)).toBe(0);
       return;
     }
     const vacuumed = bus.lifecycle.waitFor('tables:vacuumed', () => true, 10_000);
@@ -34,12 +39,7 @@ describe.each(targets)('vacuum on $name', (target) => {
 
   it.skipIf(!target.available)("mode 'never' never vacuums; mode 'always' does even with autovacuum on", async () => {
     const never = await testBus(target, events, { vacuum: { mode: 'never', intervalMs: 20 }, leader: { ttlMs: 1000, renewMs: 50 } });
-    let passes = 0;
-    never.lifecycle.on('tables:vacuumed', () => passes++);
-    await never.start();
-    await never.lifecycle.waitFor('leader:elected');
-    await new Promise((r) => setTimeout(r, 200));
-    expect(passes).toBe(0);
+    expect(await passesAfterElection(never, 200)).toBe(0);
     await never.stop();
 
     const always = await testBus(target, events, { vacuum: { mode: 'always', intervalMs: 20 }, leader: { ttlMs: 1000, renewMs: 50 } });

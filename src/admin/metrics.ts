@@ -4,11 +4,11 @@
 // lifecycle signals.
 import { createRequire } from 'node:module';
 import type * as PromClient from 'prom-client';
+import type { AdminBus } from './route.js';
 
 // Loaded when an admin handler is created, not when rea is imported: a worker that never serves
 // /metrics should not carry prom-client.
 const prom = () => createRequire(import.meta.url)('prom-client') as typeof PromClient;
-import type { AdminBus } from './route.js';
 
 export class AdminMetrics {
   private readonly p = prom();

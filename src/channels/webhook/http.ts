@@ -5,15 +5,15 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupFunction } from 'node:net';
 import { createRequire } from 'node:module';
 import type * as Undici from 'undici';
+import { assertUrlAllowed, checkAddress, type AddressPolicy, type CheckedUrl } from './address.js';
+import { OptionsError } from '../../core/errors.js';
+import { WebhookUrlRefusedError } from './errors.js';
+import { parseRetryAfter, WEBHOOK_MAX_RETRY_AFTER_MS } from './retry.js';
 
 // undici is loaded on the first delivery: it costs ~20 MB of memory that a process which never
 // delivers a webhook (a recorder, a handler-only worker) should not pay.
 let undici: typeof Undici | undefined;
 const loadUndici = () => (undici ??= createRequire(import.meta.url)('undici') as typeof Undici);
-import { assertUrlAllowed, checkAddress, type AddressPolicy, type CheckedUrl } from './address.js';
-import { OptionsError } from '../../core/errors.js';
-import { WebhookUrlRefusedError } from './errors.js';
-import { parseRetryAfter, WEBHOOK_MAX_RETRY_AFTER_MS } from './retry.js';
 
 export const WEBHOOK_CONNECT_TIMEOUT_MS = 5_000;
 /** The whole attempt: DNS, connect, request, response headers and the body read. */
