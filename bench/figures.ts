@@ -16,6 +16,8 @@ export interface ThroughputResult {
   rssGrowthMB: number;
   /** PostgreSQL server CPU per job while the worker ran (µs), when the server runs on this machine. */
   serverCpuUsPerJob: number | null;
+  /** The worker process's own CPU (user + system) per job while it worked (µs). */
+  workerCpuUsPerJob: number;
 }
 
 /** Figures 1 and 7: N pre-enqueued jobs, one no-op handler, `concurrency`; worker in a child process. */
@@ -48,7 +50,8 @@ export async function throughput(system: System, schema: string, n: number, conc
   if (problems.length) throw new Error(`${system.name} throughput run is wrong: ${problems.join('; ')}`);
   const peak = Math.max(msg.rssPeakBytes, msg.vmHwmBytes ?? 0);
   return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 2 ** 20, rssGrowthMB: (peak - msg.rssAtStartBytes) / 2 ** 20,
-    serverCpuUsPerJob: cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) * 1e6) / n : null };
+    serverCpuUsPerJob: cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) * 1e6) / n : null,
+    workerCpuUsPerJob: msg.workerCpuUs / n };
 }
 
 export interface LatencyResult {

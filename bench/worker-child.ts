@@ -33,6 +33,7 @@ async function main() {
   if (why) throw new Error(`${name} unavailable: ${why}`);
   // Everything the worker needs is imported by now; growth beyond this is the worker's own.
   const rssAtStart = process.memoryUsage().rss;
+  const cpuAtStart = process.cpuUsage();
   const t0 = nowMs();
   const worker = await system.startWorker(schema!, concurrency, (seq) => {
     if (!(seq >= 0 && seq < n)) outOfRange++;
@@ -54,6 +55,7 @@ async function main() {
     left = await system.remaining(schema!);
   }
   const tDone = nowMs();
+  const cpu = process.cpuUsage(cpuAtStart);
   // A short grace period so a duplicate delivery right after the last completion is still counted.
   await sleep(250);
   clearInterval(sampler);
@@ -72,6 +74,7 @@ async function main() {
   process.send!({
     ok: true,
     elapsedMs: tDone - t0,
+    workerCpuUs: cpu.user + cpu.system,
     handledMs: tHandled - t0,
     handled,
     missing,

@@ -110,6 +110,25 @@ describe.each(targets)('delivery on $name', (target) => {
     expect(job!.errors[0]!.name).toBe('HandlerTimeoutError');
   });
 
+  test('a handler that never reads ctx.signal is still cut at its timeout; ctx.signal read late is already aborted', async () => {
+    const bus = await testBus(target, events);
+    let ctxOf: { signal: AbortSignal } | undefined;
+    bus.on('order.created', 'ignores-signal', (_e, ctx) => {
+      ctxOf = ctx; // keeps the context, never touches its signal while running
+      return new Promise(() => {});
+    }, { timeoutMs: 150, maxAttempts: 1 });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const started = Date.now();
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'S' }));
+    const d = await discarded;
+    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+    expect(d.error).toBe('handler timed out after 150 ms and was aborted');
+    const late = ctxOf!.signal;
+    expect(late.aborted).toBe(true);
+    expect((late.reason as Error).name).toBe('HandlerTimeoutError');
+  });
+
   test('permanent() discards at once; retryAfter() sets the next attempt time', async () => {
     const bus = await testBus(target, events);
     bus.on('order.created', 'perm', () => {

@@ -79,4 +79,23 @@ describe.each(targets)('leader and workers on $name', (target) => {
     const line = lines.find((l) => l.step === 'inside');
     expect(line).toMatchObject({ trace_id: traceId, event_id: id, handler: 'logs', attempt: 1, msg: 'handling' });
   });
+
+  test('a job\'s child logger is made only when the job logs (most never do)', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const jobChildren: Record<string, unknown>[] = [];
+    const base = captureLogger(lines);
+    const logger: Logger = { ...base, child: (b) => ((b.job_id !== undefined && jobChildren.push(b)), base.child(b)) };
+    const bus = await testBus(target, events, { logger });
+    const done = counter(10);
+    bus.on('job.requested', 'logs-once', (e, ctx) => {
+      if (e.payload.n === 3) ctx.log.info({ step: 'third' }, 'only this one logs');
+    });
+    bus.lifecycle.on('job:completed', () => done.tick());
+    await bus.transaction((tx) => bus.recordMany(tx, Array.from({ length: 10 }, (_, n) => ({ type: 'job.requested' as const, payload: { n } }))));
+    await bus.start();
+    await done.done;
+    expect(jobChildren).toHaveLength(1);
+    expect(jobChildren[0]).toMatchObject({ handler: 'logs-once', attempt: 1 });
+    expect(lines.filter((l) => l.step === 'third')).toEqual([expect.objectContaining({ handler: 'logs-once', msg: 'only this one logs' })]);
+  });
 });

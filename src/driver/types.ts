@@ -90,7 +90,6 @@ export interface ClaimedJob {
   maxAttempts: number;
   /** How many events this job stands for (more than one when the relay coalesced per subject). */
   coalesced: number;
-  attemptedAt: Date;
   event: StoredEvent;
   /** False when the event row is gone (deleted by retention before the job ran). */
   eventFound: boolean;

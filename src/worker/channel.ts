@@ -1,7 +1,8 @@
 // The seam between the worker and a delivery kind: what to claim, how long a run may take, how
 // to back off, and how to run one job. Handlers and webhooks are channels; a broker can be next.
-import type { Logger } from '../core/logger.js';
+import type { LazyLogger } from '../core/logger.js';
 import type { ClaimedJob, ClaimTarget, JobKind } from '../driver/types.js';
+import type { JobAbort } from './abort.js';
 
 /**
  * succeeded: the worker completes the job (batched). committed: the channel already completed it
@@ -21,11 +22,11 @@ export interface JobChannel {
   claimTargets(free: number, running: (target?: string) => number): ClaimTarget[];
   /** Whether one more job like this may start now, given this channel's running jobs. */
   canStart(job: ClaimedJob, running: (target?: string) => number): boolean;
-  /** The worker aborts the run's signal after this long. */
+  /** The worker aborts the run after this long. */
   timeoutMs(job: ClaimedJob): number;
   /** Delay before the next attempt after `job.attempt` failed with an ordinary error. */
   backoffMs(job: ClaimedJob): number;
-  run(job: ClaimedJob, signal: AbortSignal, log: Logger): Promise<RunOutcome>;
+  run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome>;
   /** Message for a run cut by the worker's timeout. */
   timeoutMessage(job: ClaimedJob, timeoutMs: number): string;
 }

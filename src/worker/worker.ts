@@ -7,10 +7,11 @@ import { Batcher } from '../core/batcher.js';
 import { errorMessage, errorName, errorStack } from '../core/errors-format.js';
 import { isPermanent, isRetryAfter } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
-import type { Logger } from '../core/logger.js';
+import { lazyChild, type Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
 import { newTraceId, runInTrace } from '../core/trace.js';
 import type { ClaimedJob, ClaimTarget, Driver, JobFailure, JobKind } from '../driver/types.js';
+import { JobAbort } from './abort.js';
 import type { JobChannel } from './channel.js';
 
 export interface WorkerOptions {
@@ -48,7 +49,7 @@ interface Done {
 
 export class Worker {
   private readonly loop: PollLoop;
-  private readonly active = new Map<string, { job: ClaimedJob; controller: AbortController; settled: Promise<void> }>();
+  private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort; settled: Promise<void> }>();
   // Jobs running, and claimed but waiting in the buffer, per kind and per kind + target.
   private readonly runningCount_ = new Map<string, number>();
   private readonly bufferedCount = new Map<string, number>();
@@ -147,7 +148,7 @@ export class Worker {
     ]);
     clearTimeout(timer);
     if (timedOut) {
-      for (const a of this.active.values()) a.controller.abort(new WorkerStoppingError());
+      for (const a of this.active.values()) a.abort.abort(new WorkerStoppingError());
       await all();
     }
     await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
@@ -260,9 +261,9 @@ export class Worker {
   }
 
   private execute(job: ClaimedJob, channel: JobChannel): void {
-    const controller = new AbortController();
+    const abort = new JobAbort();
     this.count(this.runningCount_, job, 1);
-    const settled = this.run(job, channel, controller).finally(() => {
+    const settled = this.run(job, channel, abort).finally(() => {
       this.active.delete(job.id);
       this.count(this.runningCount_, job, -1);
       this.noteCompletion();
@@ -272,7 +273,7 @@ export class Worker {
         this.loop.wake();
       }
     });
-    this.active.set(job.id, { job, controller, settled });
+    this.active.set(job.id, { job, abort, settled });
   }
 
   private noteCompletion(): void {
@@ -287,18 +288,18 @@ export class Worker {
     }
   }
 
-  private async run(job: ClaimedJob, channel: JobChannel, controller: AbortController): Promise<void> {
+  private async run(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
     const started = performance.now();
     const traceId = job.event.traceId ?? newTraceId();
     const label = job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target };
-    const log = this.deps.log.child({ trace_id: traceId, event_id: job.event.id, ...label, attempt: job.attempt, job_id: job.id });
+    const log = lazyChild(this.deps.log, { trace_id: traceId, event_id: job.event.id, ...label, attempt: job.attempt, job_id: job.id });
     let timer: NodeJS.Timeout | undefined;
     try {
       const timeoutMs = channel.timeoutMs(job);
-      timer = setTimeout(() => controller.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), timeoutMs);
+      timer = setTimeout(() => abort.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), timeoutMs);
       if (!job.eventFound) throw new MissingEventError(job.event.id);
       const outcome = await runInTrace({ traceId, eventId: job.event.id, handler: job.target, attempt: job.attempt }, () =>
-        channel.run(job, controller.signal, log),
+        channel.run(job, abort, log),
       );
       const durationMs = performance.now() - started;
       if (outcome === 'succeeded') {
@@ -310,14 +311,14 @@ export class Worker {
         this.emitCompleted({ job, durationMs });
       }
     } catch (thrown) {
-      const err = controller.signal.aborted ? controller.signal.reason : thrown;
+      const err = abort.aborted ? abort.reason : thrown;
       this.fail(job, channel, err, log);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: ReturnType<Worker['deps']['log']['child']>): void {
+  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger): void {
     const now = appNow(this.deps.clock);
     const entry = {
       at: new Date(now).toISOString(),

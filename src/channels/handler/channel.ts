@@ -1,7 +1,8 @@
 // The handler channel as the worker sees it: claim per registered handler within its own
 // concurrency, back off per the handler's schedule, run through runHandler.
 import type { Clock } from '../../core/clock.js';
-import type { Logger } from '../../core/logger.js';
+import type { LazyLogger } from '../../core/logger.js';
+import type { JobAbort } from '../../worker/abort.js';
 import type { ClaimedJob, ClaimTarget, Driver } from '../../driver/types.js';
 import type { JobChannel, RunOutcome } from '../../worker/channel.js';
 import type { RegisteredHandler } from '../../worker/registry.js';
@@ -41,8 +42,8 @@ export class HandlerChannel implements JobChannel {
     return `handler timed out after ${timeoutMs} ms and was aborted`;
   }
 
-  run(job: ClaimedJob, signal: AbortSignal, log: Logger): Promise<RunOutcome> {
-    return runHandler(this.driver, this.handler(job), job, signal, log, this.clock);
+  run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
+    return runHandler(this.driver, this.handler(job), job, abort, log, this.clock);
   }
 
   private handler(job: ClaimedJob): RegisteredHandler {

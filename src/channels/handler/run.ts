@@ -1,54 +1,59 @@
 // The in-process handler channel: call the user's function with its context; with
 // `transactional`, inside one transaction with the consume record and the job's completion.
 import type { Clock } from '../../core/clock.js';
-import type { Logger } from '../../core/logger.js';
+import type { LazyLogger, Logger } from '../../core/logger.js';
 import type { ClaimedJob, Driver } from '../../driver/types.js';
-import { makeTransaction } from '../../tx/rea.js';
+import { makeTransaction, type Transaction } from '../../tx/rea.js';
+import type { JobAbort } from '../../worker/abort.js';
 import type { HandlerContext, RegisteredHandler } from '../../worker/registry.js';
 
 export type HandlerOutcome = 'succeeded' | 'committed' | 'already-consumed';
 
-/** Settles as soon as `signal` aborts, even if the handler ignores it. */
-export function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
+/** A handler's ctx. signal and log are getters: made only for handlers that use them. */
+class JobContext implements HandlerContext {
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  readonly idempotencyKey: string;
+  readonly jobId: string;
+  readonly coalesced: number;
+  readonly tx?: Transaction;
+  readonly #abort: JobAbort;
+  readonly #log: LazyLogger;
+
+  constructor(job: ClaimedJob, handler: string, abort: JobAbort, log: LazyLogger, tx: Transaction | undefined) {
+    this.attempt = job.attempt;
+    this.maxAttempts = job.maxAttempts;
+    this.idempotencyKey = `${job.event.id}:${handler}`;
+    this.jobId = job.id;
+    this.coalesced = job.coalesced;
+    if (tx) this.tx = tx;
+    this.#abort = abort;
+    this.#log = log;
+  }
+
+  get signal(): AbortSignal {
+    return this.#abort.signal;
+  }
+
+  get log(): Logger {
+    return this.#log.real;
+  }
 }
 
 export async function runHandler(
   driver: Driver,
   handler: RegisteredHandler,
   job: ClaimedJob,
-  signal: AbortSignal,
-  log: Logger,
+  abort: JobAbort,
+  log: LazyLogger,
   clock: Clock,
 ): Promise<HandlerOutcome> {
-  const base: Omit<HandlerContext, 'tx'> = {
-    signal,
-    attempt: job.attempt,
-    maxAttempts: job.maxAttempts,
-    idempotencyKey: `${job.event.id}:${handler.name}`,
-    jobId: job.id,
-    coalesced: job.coalesced,
-    log,
-  };
+  const context = (tx?: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
   // Called through an async wrapper so a synchronous throw becomes a rejection like any other.
   const call = async (ctx: HandlerContext) => handler.fn(job.event, ctx);
 
   if (!handler.transactional) {
-    await abortable(call(base), signal);
+    await abort.race(call(context()));
     return 'succeeded';
   }
   return driver.transaction(async (q, raw) => {
@@ -56,7 +61,7 @@ export async function runHandler(
     if (fresh) {
       const state = { open: true };
       try {
-        await abortable(call({ ...base, tx: makeTransaction(q, raw, state) }), signal);
+        await abort.race(call(context(makeTransaction(q, raw, state))));
       } finally {
         state.open = false;
       }

@@ -4,7 +4,8 @@
 import { appNow, type Clock } from '../../core/clock.js';
 import { permanent, retryAfter } from '../../core/errors.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
-import type { Logger } from '../../core/logger.js';
+import type { LazyLogger } from '../../core/logger.js';
+import type { JobAbort } from '../../worker/abort.js';
 import { uuidv7 } from '../../core/uuid.js';
 import type { ClaimedJob, ClaimTarget, Driver, StoredEvent } from '../../driver/types.js';
 import type { AttemptOutcome, EndpointState, HealthEffect } from '../../driver/webhooks.js';
@@ -183,7 +184,7 @@ export class WebhookChannel implements JobChannel {
     return `webhook delivery did not finish within ${timeoutMs} ms and was aborted`;
   }
 
-  async run(job: ClaimedJob, signal: AbortSignal, log: Logger): Promise<RunOutcome> {
+  async run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
     const endpoint = await this.driver.webhooks.endpointGetForDelivery({ id: job.target, now: this.deps.clock.now() });
     if (!endpoint) throw permanent(new Error(`endpoint ${job.target} no longer exists`));
     // Queued before its endpoint was disabled: the owner asked for silence; resend once it is enabled.
@@ -191,7 +192,7 @@ export class WebhookChannel implements JobChannel {
     const webhookId = webhookIdFor(job.event.id, job.id);
     const { result } = await attempt(this.driver, this.settings, this.deps, {
       endpointId: endpoint.id, url: endpoint.url, secrets: endpoint.secrets, envelope: envelopeOf(job.event),
-      webhookId, jobId: job.id, attempt: job.attempt, test: false, signal,
+      webhookId, jobId: job.id, attempt: job.attempt, test: false, signal: abort.signal,
     });
     const what = result.error ?? (result.status !== undefined ? `HTTP ${result.status}` : result.outcome);
     switch (result.outcome) {

@@ -93,11 +93,11 @@ export class PostgresExecutor implements Executor {
     ]);
     return rows.map((r) => ({
       id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
-      coalesced: r.coalesced, attemptedAt: r.attempted_at,
+      coalesced: r.coalesced,
       event: {
         id: r.event_id, type: r.event_found ? r.type : '', subject: r.subject ?? null, payload: r.payload ?? null,
         traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
-        createdAt: r.created_at ?? null,
+        createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
       },
       eventFound: r.event_found === true,
     }));
