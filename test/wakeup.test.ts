@@ -3,6 +3,7 @@
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
+import { PostgresDriver } from '../src/drivers/postgres/driver.js';
 import { defineEvents } from '../src/index.js';
 import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
@@ -43,5 +44,35 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
       release();
       await holder;
     }
+  });
+
+  it('wake-ups sent at once go out one after another on the LISTEN connection, each once', async () => {
+    const schema = freshSchema();
+    const driver = new PostgresDriver({ connection: PG_URL, schema, poolSize: 2, onError: () => {} });
+    onTestFinished(() => driver.close());
+    const stopListening = await driver.listen('rea_wake_test', () => {});
+    onTestFinished(() => stopListening());
+
+    const other = new pg.Client({ connectionString: PG_URL });
+    await other.connect();
+    onTestFinished(() => other.end());
+    await other.query('LISTEN rea_wake_test');
+    const got: string[] = [];
+    const allThree = new Promise<void>((resolve) => other.on('notification', (m) => {
+      got.push(m.payload ?? '');
+      if (new Set(got).size === 3) resolve();
+    }));
+    // pg warns (and pg 9 throws) when a client is given a query while one runs.
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    onTestFinished(() => void process.off('warning', onWarning));
+
+    await Promise.all(['e', 'j', 'e', 'x', 'j', 'e'].map((p) => driver.notify('rea_wake_test', p)));
+    await allThree;
+    expect(warnings.filter((m) => m.includes('already executing a query'))).toEqual([]);
+    expect([...new Set(got)].sort()).toEqual(['e', 'j', 'x']);
+    // The first goes at once; the rest wait for it and are sent once per payload.
+    expect(got.length).toBeLessThanOrEqual(4);
   });
 });

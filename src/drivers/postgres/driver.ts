@@ -32,6 +32,9 @@ export class PostgresDriver implements Driver {
   private readonly connectionString: string | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   private listeners: { close: () => Promise<void>; client: () => pg.Client | undefined }[] = [];
+  /** Wake-ups waiting for the one in flight on the LISTEN connection, by channel and payload. */
+  private readonly notifyQueue = new Map<string, [string, string]>();
+  private notifying = false;
   /** rea's own statements, run as named prepared statements. */
   private readonly hot: ReadonlySet<string>;
 
@@ -178,6 +181,27 @@ export class PostgresDriver implements Driver {
   async notify(channel: string, payload: string): Promise<void> {
     // On the LISTEN connection when there is one: it is idle between notifications, and a wake-up
     // must not take a connection from the application's pool (nor wait behind its transactions).
+    // A pg client runs one query at a time, so while one wake-up is in flight the next ones wait
+    // here, each (channel, payload) once: a wake-up sent twice wakes nobody more.
+    if (!this.listeners.some((l) => l.client() !== undefined)) {
+      await this.pool.query(this.sql.notify, [channel, payload]);
+      return;
+    }
+    this.notifyQueue.set(`${channel}\0${payload}`, [channel, payload]);
+    if (this.notifying) return;
+    this.notifying = true;
+    try {
+      while (this.notifyQueue.size > 0) {
+        const [key, [c, p]] = this.notifyQueue.entries().next().value as [string, [string, string]];
+        this.notifyQueue.delete(key);
+        await this.sendNotify(c, p);
+      }
+    } finally {
+      this.notifying = false;
+    }
+  }
+
+  private async sendNotify(channel: string, payload: string): Promise<void> {
     const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
     if (listening) {
       try {
