@@ -75,4 +75,28 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
     // The first goes at once; the rest wait for it and are sent once per payload.
     expect(got.length).toBeLessThanOrEqual(4);
   });
+
+  it('a process is not woken by its own wake-ups, only by other sessions\' ones', async () => {
+    const schema = freshSchema();
+    const driver = new PostgresDriver({ connection: PG_URL, schema, poolSize: 2, onError: () => {} });
+    onTestFinished(() => driver.close());
+    const heard: string[] = [];
+    let heardOther!: () => void;
+    const otherHeard = new Promise<void>((r) => (heardOther = r));
+    const stopListening = await driver.listen('rea_self_test', (p) => {
+      heard.push(p);
+      if (p === 'from-other') heardOther();
+    });
+    onTestFinished(() => stopListening());
+
+    await driver.notify('rea_self_test', 'from-self');
+    const other = new pg.Client({ connectionString: PG_URL });
+    await other.connect();
+    onTestFinished(() => other.end());
+    await other.query(`select pg_notify('rea_self_test', 'from-other')`);
+    await otherHeard;
+    // Notifications arrive in commit order, so 'from-self' would have come first.
+    expect(heard.filter((p) => p !== 'reconnected')).toEqual(['from-other']);
+  });
 });
+

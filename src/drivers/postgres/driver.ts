@@ -135,8 +135,11 @@ export class PostgresDriver implements Driver {
       const c = this.connectionString
         ? new pg.Client({ connectionString: this.connectionString, application_name: 'rea-listen' })
         : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'rea-listen' });
+      let ownPid: number | undefined;
       c.on('notification', (msg) => {
-        if (msg.channel === channel) onNotify(msg.payload ?? '');
+        // PostgreSQL also delivers a session's own NOTIFY to it. Wake-ups go out on this very
+        // connection, and this process woke its own relay and worker before sending them.
+        if (msg.channel === channel && msg.processId !== ownPid) onNotify(msg.payload ?? '');
       });
       c.on('error', (err) => {
         this.options.onError(err, 'listen');
@@ -144,6 +147,7 @@ export class PostgresDriver implements Driver {
         if (!closed) scheduleReconnect();
       });
       await c.connect();
+      ownPid = (await c.query<{ pid: number }>(this.sql.backendPid)).rows[0]!.pid;
       await c.query(`LISTEN "${channel}"`);
       client = c;
       // Anything recorded while we were not listening is found by the next poll; nudge it now.

@@ -241,6 +241,8 @@ delete from ${s}.leader where name = 'default' and leader_id = $1`,
 
 
     notify: /* sql */ `select pg_notify($1, $2)`,
+
+    backendPid: /* sql */ `select pg_backend_pid() as pid`,
   };
 }
 
