@@ -243,6 +243,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       worker.wake();
       if (driver.capabilities.listenNotify) notifier('j');
     },
+    handOff: workerOptions.enabled !== false && relayOptions.handOff ? worker : undefined,
   });
   const maintenance = [new ServiceRunner(new Rescuer(driver, o.rescuer?.intervalMs ?? DEFAULTS.rescuer.intervalMs, o.rescuer?.batchSize ?? DEFAULTS.rescuer.batchSize, { clock, lifecycle }), log)];
   maintenance.push(

@@ -225,7 +225,7 @@ describe.each(targets)('delivery on $name', (target) => {
     const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
     const id = await bus.transaction((tx) => bus.record(tx, 'user.signed_up', { email: 'x@example.com' }));
     const batch = await fanned;
-    expect(batch).toEqual({ eventIds: [id], jobs: 0 });
+    expect(batch).toEqual({ eventIds: [id], jobs: 0, handedOff: 0 });
     expect((await bus.events.get(id))!.fannedOutAt).toBeInstanceOf(Date);
     expect(await bus.jobs.forEvent(id)).toEqual([]);
   });

@@ -2,7 +2,7 @@
 import { EventEmitter } from 'node:events';
 
 export interface LifecycleEvents {
-  'relay:batch:fanned': { eventIds: string[]; jobs: number };
+  'relay:batch:fanned': { eventIds: string[]; jobs: number; handedOff: number };
   'relay:event:poisoned': { eventId: string; error: string };
   'relay:error': { error: Error };
   // `handler` is the job's target: a handler name, or an endpoint id when kind is 'webhook'.
@@ -15,6 +15,8 @@ export interface LifecycleEvents {
   'tables:vacuumed': { tables: string[] };
   /** Claimed ahead by the prefetch but not started in time (or at stop): back in the queue. */
   'jobs:released': { jobIds: string[] };
+  /** Inserted by this process's relay already claimed for its worker, with no claim statement. */
+  'jobs:handed-off': { jobIds: string[] };
   /** One retention delete statement (at most retention.batchSize rows). */
   'retention:batch': { rule: string; table: string; removed: number; batch: number };
   /** One retention rule's pass, or its dry run. */

@@ -13,26 +13,41 @@ export function defaultLogger(): Logger {
   return pino({ name: 'rea', level: process.env.REA_LOG_LEVEL ?? 'warn' }) as unknown as Logger;
 }
 
-/** A child logger made on its first use; `real` is the child itself (what handlers get as ctx.log). */
-export interface LazyLogger extends Logger {
-  readonly real: Logger;
-}
-
 /**
- * A job's logger carries its trace and job ids, and most jobs never log: building pino's child
- * (it serializes the bindings) for every job is wasted work, so it is made on the first line.
+ * A child logger made on its first use. A job's logger carries its trace and job ids, and most
+ * jobs never log: building pino's child (it serializes the bindings) for every job is wasted
+ * work. `real` is the child itself (what handlers get as ctx.log).
  */
-export function lazyChild(parent: Logger, bindings: Record<string, unknown>): LazyLogger {
-  let child: Logger | undefined;
-  const get = () => (child ??= parent.child(bindings));
-  return {
-    get real() {
-      return get();
-    },
-    debug: (...a: [object, string?]) => get().debug(...a),
-    info: (...a: [object, string?]) => get().info(...a),
-    warn: (...a: [object, string?]) => get().warn(...a),
-    error: (...a: [object, string?]) => get().error(...a),
-    child: (more) => get().child(more),
-  };
+export class LazyLogger implements Logger {
+  #child: Logger | undefined;
+
+  constructor(private readonly parent: Logger, private readonly bindings: Record<string, unknown>) {}
+
+  get real(): Logger {
+    return (this.#child ??= this.parent.child(this.bindings));
+  }
+
+  debug(obj: object, msg?: string): void {
+    if (msg === undefined) this.real.debug(obj);
+    else this.real.debug(obj, msg);
+  }
+
+  info(obj: object, msg?: string): void {
+    if (msg === undefined) this.real.info(obj);
+    else this.real.info(obj, msg);
+  }
+
+  warn(obj: object, msg?: string): void {
+    if (msg === undefined) this.real.warn(obj);
+    else this.real.warn(obj, msg);
+  }
+
+  error(obj: object, msg?: string): void {
+    if (msg === undefined) this.real.error(obj);
+    else this.real.error(obj, msg);
+  }
+
+  child(bindings: Record<string, unknown>): Logger {
+    return this.real.child(bindings);
+  }
 }

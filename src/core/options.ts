@@ -21,6 +21,12 @@ export const DEFAULTS = {
     maxFanAttempts: 5,
     /** Relay rounds at once in this process while a backlog drains. */
     concurrency: 2,
+    /**
+     * Insert the handler jobs this process's worker has room for already claimed by it, and hand
+     * them over in memory: no claim statement for them, and no wait for the worker's next poll.
+     * Never while an older job of that handler waits due in the queue.
+     */
+    handOff: true,
   },
   worker: {
     /** Handlers running at once in this process. */
@@ -150,6 +156,7 @@ export const busOptionsSchema = z.object({
     maxPollMs: positiveInt.optional(),
     maxFanAttempts: positiveInt.optional(),
     concurrency: positiveInt.max(16).optional(),
+    handOff: z.boolean().optional(),
   }).strict().optional(),
   worker: z.object({
     enabled: z.boolean().optional(),

@@ -64,11 +64,24 @@ export interface WebhookFanOut {
   failingDelayMs: number;
 }
 
+/**
+ * Room the worker of the process running a relay round offers for that round's handler jobs:
+ * those jobs are inserted already claimed by it (running, attempt 1, leased) and handed over in
+ * memory, so they need no claim statement. `limit` caps them in all, each target its own limit.
+ */
+export interface FanOutHandOff {
+  workerId: string;
+  targets: { target: string; limit: number }[];
+  limit: number;
+}
+
 export interface FanOutResult {
   /** Ids of the events marked fanned out in this round, oldest first. */
   eventIds: string[];
-  /** Number of jobs inserted. */
+  /** Number of jobs inserted, handed-off ones included. */
   jobs: number;
+  /** The jobs inserted already claimed for the hand-off's worker, by id. */
+  handedOff: ClaimedJob[];
 }
 
 export interface StoredEvent {
@@ -158,7 +171,7 @@ export interface JobRow {
 export interface Executor {
   eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void>;
   /** Claim ≤ limit unfanned events (skip locked, oldest first), insert their jobs, mark them fanned. */
-  eventFanOut(q: Queryable, params: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut }): Promise<FanOutResult>;
+  eventFanOut(q: Queryable, params: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff }): Promise<FanOutResult>;
   /** Oldest unfanned, unpoisoned event ids, for the row-by-row retry of a failed round. */
   eventListUnfanned(params: { limit: number }): Promise<string[]>;
   /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */

@@ -1,10 +1,11 @@
 // The relay: claims unfanned events in rounds of at most batchSize, turns them into jobs and marks
-// them fanned, in one statement. A failing round is retried row by row so one bad row is poisoned
+// them fanned, in one statement. Handler jobs this process's worker has room for are inserted
+// already claimed by it and handed over in memory (no claim statement). A failing round is retried row by row so one bad row is poisoned
 // instead of blocking everything behind it.
 import type { Clock } from '../core/clock.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { PollLoop } from '../core/poll.js';
-import type { Driver, WebhookFanOut } from '../driver/types.js';
+import type { ClaimedJob, Driver, FanOutHandOff, FanOutResult, WebhookFanOut } from '../driver/types.js';
 import type { Logger } from '../core/logger.js';
 import { errorMessage } from '../core/errors-format.js';
 
@@ -19,6 +20,12 @@ export interface RelayOptions {
   webhook?: WebhookFanOut;
 }
 
+/** This process's worker, when it runs: a round's handler jobs go to it without a claim. */
+export interface HandOffTarget {
+  reserveHandOff(): FanOutHandOff | null;
+  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void;
+}
+
 export class Relay {
   private readonly loop: PollLoop;
   private readonly drainers = new Set<Promise<void>>();
@@ -27,7 +34,12 @@ export class Relay {
   constructor(
     private readonly driver: Driver,
     private readonly options: RelayOptions,
-    private readonly deps: { lifecycle: Lifecycle; log: Logger; clock: Clock; onFanned: (jobs: number) => void },
+    private readonly deps: {
+      lifecycle: Lifecycle; log: Logger; clock: Clock;
+      /** Jobs were inserted that no worker holds yet (`queued` of them). */
+      onFanned: (queued: number) => void;
+      handOff?: HandOffTarget;
+    },
   ) {
     this.loop = new PollLoop({
       minMs: options.minPollMs,
@@ -78,16 +90,27 @@ export class Relay {
 
   /** One round; exposed for tests and the CLI. */
   async round(): Promise<'full' | 'some' | 'none'> {
-    let fanned: number;
+    const reservation = this.deps.handOff?.reserveHandOff() ?? undefined;
+    let result: FanOutResult;
     try {
-      const result = await this.driver.executor.eventFanOut(this.driver, { limit: this.options.batchSize, now: this.deps.clock.now(), webhook: this.options.webhook });
-      this.report(result.eventIds, result.jobs);
-      fanned = result.eventIds.length;
+      result = await this.driver.executor.eventFanOut(this.driver, {
+        limit: this.options.batchSize, now: this.deps.clock.now(), webhook: this.options.webhook, handOff: reservation,
+      });
     } catch (err) {
+      // The reservation ends empty. Had the statement committed before its reply was lost, its
+      // handed-off jobs sit running under this worker's id until their lease expires and the
+      // rescuer returns them, as for a claim whose reply was lost.
+      if (reservation) this.deps.handOff!.acceptHandOff(reservation, []);
       if (this.driver.isTransientError(err)) throw err;
       this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
-      fanned = await this.rowByRow();
+      return this.outcome(await this.rowByRow());
     }
+    if (reservation) this.deps.handOff!.acceptHandOff(reservation, result.handedOff);
+    this.report(result.eventIds, result.jobs, result.handedOff.length);
+    return this.outcome(result.eventIds.length);
+  }
+
+  private outcome(fanned: number): 'full' | 'some' | 'none' {
     if (fanned >= this.options.batchSize) return 'full';
     return fanned > 0 ? 'some' : 'none';
   }
@@ -98,7 +121,7 @@ export class Relay {
     for (const id of ids) {
       try {
         const result = await this.driver.executor.eventFanOut(this.driver, { limit: 1, onlyId: id, now: this.deps.clock.now(), webhook: this.options.webhook });
-        this.report(result.eventIds, result.jobs);
+        this.report(result.eventIds, result.jobs, 0);
         fanned += result.eventIds.length;
       } catch (err) {
         if (this.driver.isTransientError(err)) throw err;
@@ -115,9 +138,9 @@ export class Relay {
     return fanned;
   }
 
-  private report(eventIds: string[], jobs: number): void {
+  private report(eventIds: string[], jobs: number, handedOff: number): void {
     if (eventIds.length === 0) return;
-    this.deps.lifecycle.emit('relay:batch:fanned', { eventIds, jobs });
-    if (jobs > 0) this.deps.onFanned(jobs);
+    this.deps.lifecycle.emit('relay:batch:fanned', { eventIds, jobs, handedOff });
+    if (jobs > handedOff) this.deps.onFanned(jobs - handedOff);
   }
 }

@@ -7,10 +7,10 @@ import { Batcher } from '../core/batcher.js';
 import { errorMessage, errorName, errorStack } from '../core/errors-format.js';
 import { isPermanent, isRetryAfter } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
-import { lazyChild, type Logger } from '../core/logger.js';
+import { LazyLogger, type Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
 import { newTraceId, runInTrace } from '../core/trace.js';
-import type { ClaimedJob, ClaimTarget, Driver, JobFailure, JobKind } from '../driver/types.js';
+import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, JobFailure, JobKind } from '../driver/types.js';
 import { JobAbort } from './abort.js';
 import type { JobChannel } from './channel.js';
 
@@ -42,6 +42,8 @@ export class WorkerStoppingError extends Error {
   }
 }
 
+export type HandOffReservation = FanOutHandOff;
+
 interface Done {
   job: ClaimedJob;
   durationMs: number;
@@ -66,6 +68,10 @@ export class Worker {
   private rateWindowStart = performance.now();
   private rateWindowCount = 0;
   private readonly releases: Batcher<ClaimedJob>;
+  /** Handler jobs reserved for relay rounds in flight (see reserveHandOff), per target and in all. */
+  private readonly reserved = new Map<string, number>();
+  private reservedTotal = 0;
+  private accepting = false;
 
   constructor(
     private readonly driver: Driver,
@@ -118,6 +124,7 @@ export class Worker {
 
   start(): void {
     this.stopping = false;
+    this.accepting = true;
     this.loop.start();
   }
 
@@ -132,6 +139,7 @@ export class Worker {
   /** Stop claiming, let running handlers finish for up to timeoutMs, abort the rest, write outcomes. */
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
+    this.accepting = false;
     await this.loop.stop();
     clearTimeout(this.bufferTimer);
     this.bufferTimer = undefined;
@@ -154,28 +162,77 @@ export class Worker {
     await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
   }
 
-  private async claimRound(): Promise<'full' | 'some' | 'none'> {
-    if (this.stopping) return 'none';
+  /**
+   * What this worker can take now, per channel target: free slots plus what the prefetch buffer
+   * should hold at the current completion rate, less what it holds and what the relay reserved.
+   */
+  private offer(kinds: readonly JobKind[]): { room: number; targets: ClaimTarget[] } {
     const free = this.options.concurrency - this.active.size;
     if (performance.now() - this.rateWindowStart > 1000) {
       this.rate /= 2; // nothing finished for a while: stop prefetching for yesterday's rate
       this.rateWindowStart = performance.now();
       this.rateWindowCount = 0;
     }
-    // Room = free slots plus what the prefetch buffer should hold at the current completion rate.
     // Before any rate is known, allow one extra round of `concurrency` jobs.
     const expected = this.rate === 0 ? this.options.concurrency : Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000);
     const allowance = Math.min(this.options.prefetch, expected);
-    const room = free + allowance - this.buffer.length;
+    const room = free + allowance - this.buffer.length - this.reservedTotal;
     const targets: ClaimTarget[] = [];
     if (room > 0) {
-      for (const c of this.channels.values()) {
-        // Held = running + buffered, less the prefetch allowance, which does not count against a
-        // target's limit (negative: that much allowance is left). canStart still caps running jobs.
-        const held = (target?: string) => this.held(c.kind, target) - allowance;
-        targets.push(...c.claimTargets(room, held));
+      for (const kind of kinds) {
+        const c = this.channels.get(kind);
+        // Held = running + buffered + reserved, less the prefetch allowance, which does not count
+        // against a target's limit (negative: that much allowance is left). canStart still caps
+        // running jobs.
+        const held = (target?: string) => this.held(kind, target) - allowance;
+        if (c) targets.push(...c.claimTargets(room, held));
       }
     }
+    return { room, targets };
+  }
+
+  /**
+   * Room for the relay's next round in this process: its handler jobs up to this room are
+   * inserted already claimed by this worker and handed over by acceptHandOff, with no claim
+   * statement. The room stays reserved until then. Null when the worker takes nothing now.
+   */
+  reserveHandOff(): HandOffReservation | null {
+    if (!this.accepting) return null;
+    const { room, targets } = this.offer(['handler']);
+    if (room <= 0 || targets.length === 0) return null;
+    const limit = Math.min(room, targets.reduce((n, t) => n + t.limit, 0));
+    for (const t of targets) this.reserved.set(t.target, (this.reserved.get(t.target) ?? 0) + t.limit);
+    this.reservedTotal += limit;
+    return { workerId: this.deps.workerId, targets: targets.map((t) => ({ target: t.target, limit: t.limit })), limit };
+  }
+
+  /** End a reservation: start or buffer the jobs the round handed over (none when it failed). */
+  acceptHandOff(reservation: HandOffReservation, jobs: ClaimedJob[]): void {
+    for (const t of reservation.targets) {
+      const left = (this.reserved.get(t.target) ?? 0) - t.limit;
+      if (left > 0) this.reserved.set(t.target, left);
+      else this.reserved.delete(t.target);
+    }
+    this.reservedTotal -= reservation.limit;
+    if (jobs.length === 0) return;
+    this.deps.lifecycle.emit('jobs:handed-off', { jobIds: jobs.map((j) => j.id) });
+    if (!this.accepting) {
+      // Stopped while the round ran: the jobs go back to the queue like any unstarted claim.
+      for (const job of jobs) this.releases.push(job);
+      return;
+    }
+    const claimedAt = performance.now();
+    for (const job of jobs) {
+      this.count(this.bufferedCount, job, 1);
+      this.buffer.push({ job, claimedAt });
+    }
+    this.dispatch();
+    this.watchBuffer();
+  }
+
+  private async claimRound(): Promise<'full' | 'some' | 'none'> {
+    if (this.stopping) return 'none';
+    const { room, targets } = this.offer([...this.channels.keys()]);
     if (room <= 0 || targets.length === 0) {
       this.waitingForSlot = true;
       return 'none';
@@ -198,7 +255,8 @@ export class Worker {
 
   private held(kind: JobKind, target?: string): number {
     const key = target === undefined ? kind : `${kind}\0${target}`;
-    return (this.runningCount_.get(key) ?? 0) + (this.bufferedCount.get(key) ?? 0);
+    const reserved = kind !== 'handler' ? 0 : target === undefined ? this.reservedTotal : this.reserved.get(target) ?? 0;
+    return (this.runningCount_.get(key) ?? 0) + (this.bufferedCount.get(key) ?? 0) + reserved;
   }
 
   /** Start buffered jobs while slots are free; release those that waited too long to start safely. */
@@ -292,7 +350,7 @@ export class Worker {
     const started = performance.now();
     const traceId = job.event.traceId ?? newTraceId();
     const label = job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target };
-    const log = lazyChild(this.deps.log, { trace_id: traceId, event_id: job.event.id, ...label, attempt: job.attempt, job_id: job.id });
+    const log = new LazyLogger(this.deps.log, { trace_id: traceId, event_id: job.event.id, ...label, attempt: job.attempt, job_id: job.id });
     let timer: NodeJS.Timeout | undefined;
     try {
       const timeoutMs = channel.timeoutMs(job);

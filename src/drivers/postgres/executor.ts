@@ -1,7 +1,7 @@
 // The Executor for PostgreSQL dialects (pg and PGlite share it): runs the named statements and
 // maps rows to rea's own types.
 import type {
-  ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutResult, HandlerSubscription,
+  ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutHandOff, FanOutResult, HandlerSubscription,
   JobFailure, JobRow, Queryable, WebhookFanOut,
 } from '../../driver/types.js';
 import { DEFAULTS } from '../../core/options.js';
@@ -34,14 +34,27 @@ export class PostgresExecutor implements Executor {
     ]);
   }
 
-  async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut }): Promise<FanOutResult> {
+  async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff }): Promise<FanOutResult> {
     const w = p.webhook ?? DEFAULT_WEBHOOK_FAN_OUT;
-    const hook = [w.maxAttempts, w.leaseMs, w.failingDelayMs];
+    const h = p.handOff && p.handOff.limit > 0 ? p.handOff : undefined;
+    const params = [
+      p.limit, p.now, w.maxAttempts, w.leaseMs, w.failingDelayMs,
+      h?.workerId ?? null, h?.targets.map((t) => t.target) ?? [], h?.targets.map((t) => t.limit) ?? [], h?.limit ?? 0,
+    ];
     const { rows } = p.onlyId
-      ? await q.query<Row>(this.sql.eventFanOutOne, [p.limit, p.now, ...hook, p.onlyId])
-      : await q.query<Row>(this.sql.eventFanOut, [p.limit, p.now, ...hook]);
+      ? await q.query<Row>(this.sql.eventFanOutOne, [...params, p.onlyId])
+      : await q.query<Row>(this.sql.eventFanOut, params);
     const row = rows[0]!;
-    return { eventIds: row.event_ids as string[], jobs: row.jobs as number };
+    const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
+      id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
+      coalesced: r.coalesced,
+      event: {
+        id: r.event_id, type: r.type, subject: r.subject ?? null, payload: r.payload,
+        traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version, createdAt: new Date(r.created_at),
+      },
+      eventFound: true,
+    }));
+    return { eventIds: row.event_ids as string[], jobs: row.jobs as number, handedOff };
   }
 
   async eventListUnfanned(p: { limit: number }): Promise<string[]> {

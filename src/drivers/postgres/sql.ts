@@ -4,7 +4,8 @@
 export function postgresStatements(s: string) {
   const fanOut = (filter: string) => /* sql */ `
 with claimed as (
-  select ctid, id, type, coalesce(subject, id::text) as coalesce_key
+  select ctid, id, type, subject, payload, trace_id, created_by, version, created_at,
+         coalesce(subject, id::text) as coalesce_key
   from ${s}.events
   where fanned_out_at is null and poisoned_at is null ${filter}
   order by id
@@ -23,6 +24,23 @@ with claimed as (
      (count(*) over (partition by name, coalesce_key))::int as coalesced
    from routed where coalesce_subject
    order by name, coalesce_key, event_id desc)
+), offered as (
+  -- Hand-off: the worker of the process running this round has room for up to lim more jobs of
+  -- these handlers ($7, $8; $6 is its id). Offered only where no job of that handler is waiting
+  -- due in the queue, so a handed-off job never overtakes an older one.
+  select t.target, t.lim
+  from unnest($7::text[], $8::int[]) as t(target, lim)
+  where not exists (
+    select 1 from ${s}.jobs q
+    where q.state in ('available', 'retryable') and q.kind = 'handler' and q.target = t.target
+      and q.scheduled_at <= coalesce($2::timestamptz, now()))
+), ranked as (
+  select p.*, coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
+  from picked p left join offered o on o.target = p.name
+), handed as (
+  -- At most $9 in all, oldest events first.
+  select r.*, r.eligible and count(*) filter (where r.eligible) over (order by r.event_id, r.name) <= $9 as mine
+  from ranked r
 ), hooks as (
   -- Webhooks: one job per (event, endpoint), never coalesced; nothing for a disabled endpoint,
   -- and a failing endpoint's new deliveries wait $5 ms.
@@ -30,20 +48,28 @@ with claimed as (
   from claimed c
   join ${s}.endpoints ep on ep.state <> 'disabled' and c.type like any (ep.like_patterns)
 ), inserted as (
-  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
-  select event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at
+  -- A handed-off job is inserted as its worker's claim would leave it: running, attempt 1, leased.
+  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at,
+                         state, attempt, attempted_at, attempted_by, lease_expires_at)
+  select event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at,
+         case when mine then 'running' else 'available' end,
+         case when mine then 1 else 0 end,
+         case when mine then scheduled_at end,
+         case when mine then $6::text end,
+         case when mine then scheduled_at + lease_ms * interval '1 millisecond' end
   from (
     select event_id, 'handler' as kind, name as target, max_attempts, lease_ms, priority, coalesced,
-           coalesce($2::timestamptz, now()) as scheduled_at
-    from picked
+           coalesce($2::timestamptz, now()) as scheduled_at, mine
+    from handed
     union all
     select event_id, 'webhook', endpoint_id, $3::int, $4::int, 0::smallint, 1,
            coalesce($2::timestamptz, now())
-             + case when failing then $5::double precision * interval '1 millisecond' else interval '0' end
+             + case when failing then $5::double precision * interval '1 millisecond' else interval '0' end,
+           false
     from hooks
   ) j
   order by event_id
-  returning 1
+  returning id, event_id, target, state, attempt, max_attempts, coalesced, attempted_at
 ), fanned as (
   -- By ctid: the rows are locked by this statement, so their position is stable, and the update
   -- skips a primary-key probe per event (which grows with the history the table holds).
@@ -54,7 +80,14 @@ with claimed as (
   returning e.id
 )
 select coalesce((select array_agg(id order by id) from fanned), '{}')::text[] as event_ids,
-       (select count(*) from inserted)::int as jobs`;
+       (select count(*) from inserted)::int as jobs,
+       (select coalesce(json_agg(json_build_object(
+           'id', i.id::text, 'target', i.target, 'attempt', i.attempt, 'max_attempts', i.max_attempts,
+           'coalesced', i.coalesced, 'attempted_at', i.attempted_at, 'event_id', c.id::text, 'type', c.type,
+           'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id, 'created_by', c.created_by,
+           'version', c.version, 'created_at', c.created_at) order by i.id), '[]'::json)
+        from inserted i join claimed c on c.id = i.event_id
+        where i.state = 'running') as handed_off`;
 
   return {
     eventInsertOne: /* sql */ `
@@ -69,7 +102,7 @@ insert into ${s}.events (id, type, subject, payload, trace_id, created_by, versi
 select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
 
     eventFanOut: fanOut(''),
-    eventFanOutOne: fanOut('and id = $6::uuid'),
+    eventFanOutOne: fanOut('and id = $10::uuid'),
 
     eventListUnfanned: /* sql */ `
 select id::text as id from ${s}.events

@@ -1,0 +1,147 @@
+// Hand-off: the relay inserts the handler jobs its own process's worker has room for already
+// claimed by that worker, so they run without a claim statement, but never ahead of an older job
+// of the same handler waiting in the queue, and never beyond the room the worker offered.
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { z } from 'zod';
+import type { Driver } from '../src/driver/types.js';
+import { PGliteDriver } from '../src/drivers/pglite/driver.js';
+import { PostgresDriver } from '../src/drivers/postgres/driver.js';
+import { createBus, defineEvents } from '../src/index.js';
+import { freshSchema, targets, type Target } from './helpers/db.js';
+import { counter, deferred } from './helpers/signals.js';
+
+const events = defineEvents({ 'order.created': z.object({ n: z.number() }) });
+
+function driverFor(target: Target, schema: string): Driver {
+  const db = target.database() as { postgres?: string; pglite?: never };
+  return db.postgres
+    ? new PostgresDriver({ connection: db.postgres, schema, poolSize: 4, onError: () => {} })
+    : new PGliteDriver({ database: db.pglite!, schema });
+}
+
+/** A migrated schema with handlers registered, relay and worker off: the statements are driven by hand. */
+async function handSetup(target: Target, handlers: string[]) {
+  const schema = freshSchema();
+  const driver = driverFor(target, schema);
+  const bus = createBus({ database: { driver }, schema, events, relay: { enabled: false }, worker: { enabled: false } });
+  for (const h of handlers) bus.on('order.created', h, () => {});
+  await bus.migrate();
+  await bus.start(); // registers the handler rows the fan-out routes by
+  onTestFinished(async () => {
+    await bus.stop();
+    await target.query(`drop schema if exists "${schema}" cascade`);
+  });
+  const record = (n: number) => bus.transaction((tx) => bus.record(tx, 'order.created', { n }));
+  const fanOut = (limit: number, handOff?: { targets: { target: string; limit: number }[]; limit: number }) =>
+    driver.executor.eventFanOut(driver, { limit, now: null, handOff: handOff && { workerId: 'worker-w', ...handOff } });
+  const jobs = () => target.query<{ event_id: string; target: string; state: string; attempt: number; attempted_by: string | null; leased: boolean }>(
+    `select event_id::text, target, state, attempt, attempted_by, lease_expires_at is not null as leased from "${schema}".jobs order by id`);
+  return { bus, driver, schema, record, fanOut, jobs };
+}
+
+describe.each(targets)('hand-off on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('a job for this process\'s idle worker is inserted already claimed by it and runs with no claim', async () => {
+    const schema = freshSchema();
+    const bus = createBus({ database: target.database(), schema, events, instanceId: 'solo' });
+    onTestFinished(async () => {
+      await bus.stop();
+      await target.query(`drop schema if exists "${schema}" cascade`);
+    });
+    await bus.migrate();
+    const ran = deferred<string>();
+    bus.on('order.created', 'ship', (event) => ran.resolve(event.id));
+    const handed: string[] = [];
+    bus.lifecycle.on('jobs:handed-off', (e) => handed.push(...e.jobIds));
+    const fanned: number[] = [];
+    bus.lifecycle.on('relay:batch:fanned', (b) => fanned.push(b.handedOff));
+    await bus.start();
+    const completed = bus.lifecycle.waitFor('job:completed');
+
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { n: 1 }));
+    expect(await ran.promise).toBe(id);
+    const done = await completed;
+    expect(handed).toEqual([done.jobId]);
+    expect(fanned).toEqual([1]);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job).toMatchObject({ state: 'completed', attempt: 1 });
+    const [row] = await target.query(`select attempted_by from "${schema}".jobs where id = $1`, [done.jobId]);
+    expect(row.attempted_by).toBe('solo');
+  });
+
+  test('handed-off jobs are running, attempt 1, leased to the worker; at most the room offered, per handler and in all', async () => {
+    const s = await handSetup(target, ['a', 'b']);
+    for (let n = 1; n <= 3; n++) await s.record(n);
+    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 1 }, { target: 'b', limit: 3 }], limit: 3 });
+    expect(round.jobs).toBe(6);
+    // Oldest events first, 3 in all: a's first job (its limit is 1), then b's first two.
+    expect(round.handedOff.map((j) => [j.target, (j.event.payload as { n: number }).n])).toEqual([['a', 1], ['b', 1], ['b', 2]]);
+    for (const j of round.handedOff) expect(j).toMatchObject({ kind: 'handler', attempt: 1, eventFound: true, event: { type: 'order.created' } });
+    const rows = await s.jobs();
+    expect(rows.filter((r) => r.state === 'running')).toHaveLength(3);
+    for (const r of rows) {
+      if (r.state === 'running') expect(r).toMatchObject({ attempt: 1, attempted_by: 'worker-w', leased: true });
+      else expect(r).toMatchObject({ state: 'available', attempt: 0, attempted_by: null, leased: false });
+    }
+  });
+
+  test('nothing is handed off while an older job of that handler waits due in the queue', async () => {
+    const s = await handSetup(target, ['a', 'b']);
+    await s.record(1);
+    await s.fanOut(1); // another process's relay, no worker: a's and b's jobs for event 1 wait
+    await s.record(2);
+    await s.driver.executor.jobClaim({ workerId: 'other', targets: [{ kind: 'handler', target: 'b', limit: 1 }], limit: 1, now: null });
+    // Now only a's job for event 1 waits: a gets nothing handed off, b (nothing waiting) does.
+    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 5 }, { target: 'b', limit: 5 }], limit: 10 });
+    expect(round.handedOff.map((j) => j.target)).toEqual(['b']);
+    const waitingForA = (await s.jobs()).filter((r) => r.target === 'a').map((r) => r.state);
+    expect(waitingForA).toEqual(['available', 'available']);
+  });
+
+  test('a handed-off job whose worker died is rescued after its lease and runs once elsewhere', async () => {
+    const s = await handSetup(target, ['a']);
+    const id = await s.record(1);
+    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 1 }], limit: 1 });
+    expect(round.handedOff).toHaveLength(1);
+    // worker-w never runs it (its process is gone). Past the lease, the rescuer returns it.
+    const later = new Date(Date.now() + 10 * 60_000);
+    expect(await s.driver.executor.jobRescue({ limit: 10, now: later })).toEqual({ rescued: 1, discarded: 0 });
+    const [job] = await s.bus.jobs.forEvent(id);
+    expect(job).toMatchObject({ state: 'retryable', attempt: 1 });
+    expect(job!.errors[0]!.name).toBe('LeaseExpired');
+    const again = await s.driver.executor.jobClaim({ workerId: 'w2', targets: [{ kind: 'handler', target: 'a', limit: 5 }], limit: 5, now: later });
+    expect(again.map((j) => [j.event.id, j.attempt])).toEqual([[id, 2]]);
+  });
+
+  test('a burst with several buses on one database still runs every job exactly once', async () => {
+    const schema = freshSchema();
+    const seen = new Map<number, number>();
+    const all = counter(600);
+    const buses = [0, 1, 2].map((i) => createBus({ database: target.database(), schema, events, instanceId: `bus-${i}`, worker: { concurrency: 4 } }));
+    onTestFinished(async () => {
+      await Promise.all(buses.map((b) => b.stop()));
+      await target.query(`drop schema if exists "${schema}" cascade`);
+    });
+    await buses[0]!.migrate();
+    let handed = 0;
+    for (const b of buses) {
+      b.on('order.created', 'count', (event) => {
+        seen.set(event.payload.n, (seen.get(event.payload.n) ?? 0) + 1);
+      });
+      b.lifecycle.on('job:completed', () => all.tick());
+      b.lifecycle.on('jobs:handed-off', (e) => (handed += e.jobIds.length));
+      await b.start();
+    }
+    for (let start = 0; start < 600; start += 50) {
+      await buses[start % 3]!.transaction((tx) =>
+        buses[start % 3]!.recordMany(tx, Array.from({ length: 50 }, (_, k) => ({ type: 'order.created' as const, payload: { n: start + k } }))));
+    }
+    await all.done;
+    const [{ completed }] = await target.query(`select count(*)::int as completed from "${schema}".jobs where state = 'completed'`);
+    expect(completed).toBe(600);
+    expect(seen.size).toBe(600);
+    expect([...seen.values()].every((v) => v === 1)).toBe(true);
+    expect(handed).toBeGreaterThan(0);
+  });
+});
