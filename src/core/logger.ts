@@ -28,23 +28,19 @@ export class LazyLogger implements Logger {
   }
 
   debug(obj: object, msg?: string): void {
-    if (msg === undefined) this.real.debug(obj);
-    else this.real.debug(obj, msg);
+    this.real.debug(obj, msg);
   }
 
   info(obj: object, msg?: string): void {
-    if (msg === undefined) this.real.info(obj);
-    else this.real.info(obj, msg);
+    this.real.info(obj, msg);
   }
 
   warn(obj: object, msg?: string): void {
-    if (msg === undefined) this.real.warn(obj);
-    else this.real.warn(obj, msg);
+    this.real.warn(obj, msg);
   }
 
   error(obj: object, msg?: string): void {
-    if (msg === undefined) this.real.error(obj);
-    else this.real.error(obj, msg);
+    this.real.error(obj, msg);
   }
 
   child(bindings: Record<string, unknown>): Logger {

@@ -221,6 +221,11 @@ export class Worker {
       for (const job of jobs) this.releases.push(job);
       return;
     }
+    this.take(jobs);
+  }
+
+  /** Jobs just claimed (or handed off) for this worker: buffer them and start what fits. */
+  private take(jobs: ClaimedJob[]): void {
     const claimedAt = performance.now();
     for (const job of jobs) {
       this.count(this.bufferedCount, job, 1);
@@ -238,13 +243,7 @@ export class Worker {
       return 'none';
     }
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
-    const claimedAt = performance.now();
-    for (const job of jobs) {
-      this.count(this.bufferedCount, job, 1);
-      this.buffer.push({ job, claimedAt });
-    }
-    this.dispatch();
-    this.watchBuffer();
+    this.take(jobs);
     if (jobs.length >= room) {
       // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;
