@@ -1,7 +1,7 @@
 // The relay: claims unfanned events in rounds of at most batchSize, turns them into jobs and marks
 // them fanned, in one statement. Handler jobs this process's worker has room for are inserted
-// already claimed by it and handed over in memory (no claim statement). A failing round is retried row by row so one bad row is poisoned
-// instead of blocking everything behind it.
+// already claimed by it and handed over in memory (no claim statement). A failing round is
+// retried row by row so one bad row is poisoned instead of blocking everything behind it.
 import type { Clock } from '../core/clock.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { PollLoop } from '../core/poll.js';
