@@ -195,7 +195,7 @@ export function demoCommand(): Command {
   return new Command('demo')
     .description('run a small order service on embedded PGlite and show rea at work')
     .option('--orders <n>', 'orders to create and pay', '100')
-    .option('--rate <n>', 'orders per second (PGlite is one connection: beyond ~40/s its queue grows)', '25')
+    .option('--rate <n>', 'orders per second (PGlite is one connection: past 20–40/s, depending on the machine, a queue builds and latency grows)', '10')
     .option('--keep-running', 'keep the bus running after the summary, with the admin panel')
     .option('--panel-port <n>', 'port of the admin panel while --keep-running', '8787')
     .action(async (flags: { orders: string; rate: string; keepRunning?: boolean; panelPort: string }) => {
