@@ -80,7 +80,7 @@ export interface FanOutResult {
   eventIds: string[];
   /** Number of jobs inserted, handed-off ones included. */
   jobs: number;
-  /** The jobs inserted already claimed for the hand-off's worker, by id. */
+  /** The jobs inserted already claimed for the hand-off's worker, by id; a driver may hand off none. */
   handedOff: ClaimedJob[];
 }
 
