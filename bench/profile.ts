@@ -36,7 +36,7 @@ export async function profileStatements(schema: string, n: number, explain = fal
   const out: StatementCost[] = [];
   try {
     await c.query(`vacuum analyze "${schema}".events`);
-    const fanOut = { name: 'p_fan_out', text: sql.eventFanOut, values: [ROUND, null, 18, 30_000, 300_000, null, [], [], 0] };
+    const fanOut = { name: 'p_fan_out', text: sql.eventFanOut, values: [ROUND, null, 18, 30_000, 300_000] };
     const claim = { name: 'p_claim', text: sql.jobClaim, values: [['handler'], ['noop'], [ROUND], ROUND, null, 'profile'] };
     if (explain) {
       // One round of each inside a rolled-back transaction, so the measured rounds start from the same rows.

@@ -6,7 +6,11 @@ import { z } from 'zod';
 import type { Driver } from '../src/driver/types.js';
 import { PGliteDriver } from '../src/drivers/pglite/driver.js';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
+import { databaseClock } from '../src/core/clock.js';
+import { Lifecycle } from '../src/core/lifecycle.js';
+import type { ClaimedJob, FanOutHandOff } from '../src/driver/types.js';
 import { createBus, defineEvents } from '../src/index.js';
+import { Relay } from '../src/relay/relay.js';
 import { freshSchema, targets, type Target } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
@@ -97,6 +101,31 @@ describe.each(targets)('hand-off on $name', (target) => {
     expect(round.handedOff.map((j) => j.target)).toEqual(['b']);
     const waitingForA = (await s.jobs()).filter((r) => r.target === 'a').map((r) => r.state);
     expect(waitingForA).toEqual(['available', 'available']);
+  });
+
+  test('in a backlog (full rounds that queue jobs) the relay stops offering room until a round is not full', async () => {
+    const s = await handSetup(target, ['a']);
+    for (let n = 1; n <= 30; n++) await s.record(n);
+    let reserved = 0;
+    const handed: ClaimedJob[][] = [];
+    const worker = {
+      reserveHandOff: (): FanOutHandOff => (reserved++, { workerId: 'worker-w', targets: [{ target: 'a', limit: 2 }], limit: 2 }),
+      acceptHandOff: (_r: FanOutHandOff, jobs: ClaimedJob[]) => void handed.push(jobs),
+    };
+    const silent = { debug() {}, info() {}, warn() {}, error() {}, child: () => silent };
+    const relay = new Relay(s.driver, { batchSize: 10, minPollMs: 1, maxPollMs: 10, maxFanAttempts: 5, concurrency: 1 }, {
+      lifecycle: new Lifecycle(), log: silent, clock: databaseClock, onFanned: () => {}, handOff: worker,
+    });
+    expect(await relay.round()).toBe('full'); // offered room: 2 handed off, 8 queued
+    expect(await relay.round()).toBe('full'); // backlog: no room offered
+    expect(await relay.round()).toBe('full');
+    expect(reserved).toBe(1);
+    expect(handed.map((j) => j.length)).toEqual([2]);
+    expect(await relay.round()).toBe('none'); // the backlog is fanned out
+    await s.record(31);
+    expect(await relay.round()).toBe('some'); // room offered again (nothing handed: older jobs of a wait)
+    expect(reserved).toBe(2);
+    expect(handed.map((j) => j.length)).toEqual([2, 0]);
   });
 
   test('a handed-off job whose worker died is rescued after its lease and runs once elsewhere', async () => {

@@ -30,6 +30,8 @@ export class Relay {
   private readonly loop: PollLoop;
   private readonly drainers = new Set<Promise<void>>();
   private running = false;
+  /** The last round was full and queued jobs: no hand-off until a round is not full. */
+  private backlogged = false;
 
   constructor(
     private readonly driver: Driver,
@@ -90,7 +92,7 @@ export class Relay {
 
   /** One round; exposed for tests and the CLI. */
   async round(): Promise<'full' | 'some' | 'none'> {
-    const reservation = this.deps.handOff?.reserveHandOff() ?? undefined;
+    const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff() ?? undefined;
     let result: FanOutResult;
     try {
       result = await this.driver.executor.eventFanOut(this.driver, {
@@ -107,7 +109,12 @@ export class Relay {
     }
     if (reservation) this.deps.handOff!.acceptHandOff(reservation, result.handedOff);
     this.report(result.eventIds, result.jobs, result.handedOff.length);
-    return this.outcome(result.eventIds.length);
+    const outcome = this.outcome(result.eventIds.length);
+    // A full round that left jobs in the queue means a backlog: its jobs wait for claims, and no
+    // later job may overtake them, so offering room would only withhold it from the worker's own
+    // claims. Offer again once rounds stop coming back full.
+    this.backlogged = outcome === 'full' && result.jobs > result.handedOff.length;
+    return outcome;
   }
 
   private outcome(fanned: number): 'full' | 'some' | 'none' {

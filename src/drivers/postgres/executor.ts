@@ -37,13 +37,12 @@ export class PostgresExecutor implements Executor {
   async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff }): Promise<FanOutResult> {
     const w = p.webhook ?? DEFAULT_WEBHOOK_FAN_OUT;
     const h = p.handOff && p.handOff.limit > 0 ? p.handOff : undefined;
-    const params = [
-      p.limit, p.now, w.maxAttempts, w.leaseMs, w.failingDelayMs,
-      h?.workerId ?? null, h?.targets.map((t) => t.target) ?? [], h?.targets.map((t) => t.limit) ?? [], h?.limit ?? 0,
-    ];
+    const params = [p.limit, p.now, w.maxAttempts, w.leaseMs, w.failingDelayMs];
     const { rows } = p.onlyId
       ? await q.query<Row>(this.sql.eventFanOutOne, [...params, p.onlyId])
-      : await q.query<Row>(this.sql.eventFanOut, params);
+      : h
+        ? await q.query<Row>(this.sql.eventFanOutHandOff, [...params, h.workerId, h.targets.map((t) => t.target), h.targets.map((t) => t.limit), h.limit])
+        : await q.query<Row>(this.sql.eventFanOut, params);
     const row = rows[0]!;
     const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
       id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,

@@ -2,7 +2,9 @@
 // runs it. `s` is the already-quoted schema. Time comes in as a parameter: coalesce($now, now()).
 
 export function postgresStatements(s: string) {
-  const fanOut = (filter: string) => /* sql */ `
+  // With handOff, $6-$9 describe the worker that takes jobs in memory (see offered below);
+  // without, the statement has no hand-off part at all, so a round that offers none pays nothing.
+  const fanOut = (filter: string, handOff: boolean) => /* sql */ `
 with claimed as (
   select ctid, id, type, subject, payload, trace_id, created_by, version, created_at,
          coalesce(subject, id::text) as coalesce_key
@@ -24,7 +26,7 @@ with claimed as (
      (count(*) over (partition by name, coalesce_key))::int as coalesced
    from routed where coalesce_subject
    order by name, coalesce_key, event_id desc)
-), offered as (
+${handOff ? /* sql */ `), offered as (
   -- Hand-off: the worker of the process running this round has room for up to lim more jobs of
   -- these handlers ($7, $8; $6 is its id). Offered only where no job of that handler is waiting
   -- due in the queue, so a handed-off job never overtakes an older one.
@@ -41,7 +43,9 @@ with claimed as (
   -- At most $9 in all, oldest events first.
   select r.*, r.eligible and count(*) filter (where r.eligible) over (order by r.event_id, r.name) <= $9 as mine
   from ranked r
-), hooks as (
+` : /* sql */ `), handed as (
+  select p.*, false as mine from picked p
+`}), hooks as (
   -- Webhooks: one job per (event, endpoint), never coalesced; nothing for a disabled endpoint,
   -- and a failing endpoint's new deliveries wait $5 ms.
   select c.id as event_id, ep.id::text as endpoint_id, ep.state = 'failing' as failing
@@ -55,7 +59,7 @@ with claimed as (
          case when mine then 'running' else 'available' end,
          case when mine then 1 else 0 end,
          case when mine then scheduled_at end,
-         case when mine then $6::text end,
+         case when mine then ${handOff ? '$6::text' : 'null'} end,
          case when mine then scheduled_at + lease_ms * interval '1 millisecond' end
   from (
     select event_id, 'handler' as kind, name as target, max_attempts, lease_ms, priority, coalesced,
@@ -101,8 +105,9 @@ values ($1, $2, $3, $4::jsonb, $5, $6, $7)`,
 insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
 select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
 
-    eventFanOut: fanOut(''),
-    eventFanOutOne: fanOut('and id = $10::uuid'),
+    eventFanOut: fanOut('', false),
+    eventFanOutHandOff: fanOut('', true),
+    eventFanOutOne: fanOut('and id = $6::uuid', false),
 
     eventListUnfanned: /* sql */ `
 select id::text as id from ${s}.events
