@@ -3,12 +3,11 @@
 // of the same handler waiting in the queue, and never beyond the room the worker offered.
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import type { Driver } from '../src/driver/types.js';
 import { PGliteDriver } from '../src/drivers/pglite/driver.js';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
 import { databaseClock } from '../src/core/clock.js';
 import { Lifecycle } from '../src/core/lifecycle.js';
-import type { ClaimedJob, FanOutHandOff } from '../src/driver/types.js';
+import type { ClaimedJob, Driver, FanOutHandOff } from '../src/driver/types.js';
 import { createBus, defineEvents } from '../src/index.js';
 import { Relay } from '../src/relay/relay.js';
 import { freshSchema, targets, type Target } from './helpers/db.js';

@@ -42,8 +42,6 @@ export class WorkerStoppingError extends Error {
   }
 }
 
-export type HandOffReservation = FanOutHandOff;
-
 interface Done {
   job: ClaimedJob;
   durationMs: number;
@@ -196,7 +194,7 @@ export class Worker {
    * inserted already claimed by this worker and handed over by acceptHandOff, with no claim
    * statement. The room stays reserved until then. Null when the worker takes nothing now.
    */
-  reserveHandOff(): HandOffReservation | null {
+  reserveHandOff(): FanOutHandOff | null {
     if (!this.accepting) return null;
     const { room, targets } = this.offer(['handler']);
     if (room <= 0 || targets.length === 0) return null;
@@ -207,7 +205,7 @@ export class Worker {
   }
 
   /** End a reservation: start or buffer the jobs the round handed over (none when it failed). */
-  acceptHandOff(reservation: HandOffReservation, jobs: ClaimedJob[]): void {
+  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void {
     for (const t of reservation.targets) {
       const left = (this.reserved.get(t.target) ?? 0) - t.limit;
       if (left > 0) this.reserved.set(t.target, left);
