@@ -1,5 +1,6 @@
-// The wake-up NOTIFY that tells other processes about a commit is sent on the LISTEN connection,
-// so it never takes (or waits for) a connection of the application's pool.
+// The wake-up NOTIFY that tells other processes about a commit is sent on the LISTEN connection
+// (or, in a process that does not listen, on one of its own), so it never takes (or waits for) a
+// connection of the application's pool.
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
@@ -44,6 +45,50 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
       release();
       await holder;
     }
+  });
+
+  it('from a process that only records go out on a connection of their own, not the pool, closed with the bus', async () => {
+    const schema = freshSchema();
+    const bus = await testBus(postgresTarget, events, {
+      schema,
+      database: { postgres: PG_URL, poolSize: 1 },
+      relay: { enabled: false },
+      worker: { enabled: false },
+      notifyDebounceMs: 50,
+    });
+    // Never started: no LISTEN connection, as in a web process that records and runs no relay.
+    const other = new pg.Client({ connectionString: PG_URL });
+    await other.connect();
+    onTestFinished(() => other.end());
+    await other.query(`LISTEN "rea_${schema}"`);
+    const received = new Promise<pg.Notification>((resolve) => other.on('notification', resolve));
+
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A1' }));
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const holder = bus.transaction(() => held); // the pool's only connection, until the NOTIFY is in
+    let sender: number;
+    try {
+      const outcome = await Promise.race([received, new Promise<'not received'>((r) => setTimeout(() => r('not received'), 2000))]);
+      expect(outcome).not.toBe('not received');
+      const n = outcome as pg.Notification;
+      expect(n.payload).toBe('e');
+      sender = n.processId;
+      const { rows } = await other.query('select application_name from pg_stat_activity where pid = $1', [sender]);
+      expect(rows).toEqual([{ application_name: 'rea-notify' }]);
+    } finally {
+      release();
+      await holder;
+    }
+    await bus.stop();
+    // stop() ends that connection too; its backend leaves pg_stat_activity once it has exited.
+    const deadline = Date.now() + 2000;
+    let left = 1;
+    while (left > 0 && Date.now() < deadline) {
+      left = (await other.query('select count(*)::int as n from pg_stat_activity where pid = $1', [sender])).rows[0].n;
+      if (left > 0) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(left).toBe(0);
   });
 
   it('wake-ups sent at once go out one after another on the LISTEN connection, each once', async () => {

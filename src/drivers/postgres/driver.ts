@@ -35,6 +35,9 @@ export class PostgresDriver implements Driver {
   /** Wake-ups waiting for the one in flight on the LISTEN connection, by channel and payload. */
   private readonly notifyQueue = new Map<string, [string, string]>();
   private notifying = false;
+  /** The wake-up connection while no LISTEN connection is open (a process that only records). */
+  private notifier: Promise<pg.Client> | undefined;
+  private closed = false;
   /** rea's own statements, run as named prepared statements. */
   private readonly hot: ReadonlySet<string>;
 
@@ -132,9 +135,7 @@ export class PostgresDriver implements Driver {
     let client: pg.Client | undefined;
     let retryTimer: NodeJS.Timeout | undefined;
     const connect = async (): Promise<void> => {
-      const c = this.connectionString
-        ? new pg.Client({ connectionString: this.connectionString, application_name: 'rea-listen' })
-        : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'rea-listen' });
+      const c = this.ownClient('rea-listen');
       let ownPid: number | undefined;
       c.on('notification', (msg) => {
         // PostgreSQL also delivers a session's own NOTIFY to it. Wake-ups go out on this very
@@ -148,8 +149,11 @@ export class PostgresDriver implements Driver {
       });
       await c.connect();
       ownPid = (await c.query<{ pid: number }>(this.sql.backendPid)).rows[0]!.pid;
+      await c.query(this.sql.wakeupSession);
       await c.query(`LISTEN "${channel}"`);
       client = c;
+      // Wake-ups go out on this connection from now on; the one kept for them until now can go.
+      this.closeNotifier();
       // Anything recorded while we were not listening is found by the next poll; nudge it now.
       onNotify('reconnected');
     };
@@ -183,14 +187,12 @@ export class PostgresDriver implements Driver {
   }
 
   async notify(channel: string, payload: string): Promise<void> {
-    // On the LISTEN connection when there is one: it is idle between notifications, and a wake-up
-    // must not take a connection from the application's pool (nor wait behind its transactions).
-    // A pg client runs one query at a time, so while one wake-up is in flight the next ones wait
-    // here, each (channel, payload) once: a wake-up sent twice wakes nobody more.
-    if (!this.listeners.some((l) => l.client() !== undefined)) {
-      await this.pool.query(this.sql.notify, [channel, payload]);
-      return;
-    }
+    // Never on the application's pool: a wake-up must not take a connection from it nor wait
+    // behind its transactions. On the LISTEN connection when there is one (it is idle between
+    // notifications), otherwise on a connection of its own, opened on the first wake-up of a
+    // process that only records. A pg client runs one query at a time, so while one wake-up is in
+    // flight the next ones wait here, each (channel, payload) once: a wake-up sent twice wakes
+    // nobody more.
     this.notifyQueue.set(`${channel}\0${payload}`, [channel, payload]);
     if (this.notifying) return;
     this.notifying = true;
@@ -212,13 +214,54 @@ export class PostgresDriver implements Driver {
         await listening.query(this.sql.notify, [channel, payload]);
         return;
       } catch {
-        // The listen connection just failed (its error handler reconnects it); use the pool.
+        // The listen connection just failed (its error handler reconnects it); use the notifier.
       }
     }
-    await this.pool.query(this.sql.notify, [channel, payload]);
+    if (this.closed) return;
+    try {
+      const notifier = await (this.notifier ?? this.connectNotifier());
+      await notifier.query(this.sql.notify, [channel, payload]);
+    } catch (err) {
+      if (!this.closed) throw err; // a wake-up cut short by close() is no failure
+    }
+  }
+
+  /** The wake-up connection of a process that does not listen; dropped when it fails, reopened on the next wake-up. */
+  private connectNotifier(): Promise<pg.Client> {
+    const c = this.ownClient('rea-notify');
+    const opened = (async () => {
+      await c.connect();
+      await c.query(this.sql.wakeupSession);
+      return c;
+    })();
+    this.notifier = opened;
+    c.on('error', (err) => {
+      this.options.onError(err, 'notify');
+      if (this.notifier === opened) this.closeNotifier();
+    });
+    opened.catch(() => {
+      if (this.notifier === opened) this.notifier = undefined;
+      c.end().catch(() => {});
+    });
+    return opened;
+  }
+
+  private closeNotifier(): void {
+    const n = this.notifier;
+    this.notifier = undefined;
+    n?.then((c) => c.end()).catch(() => {});
+  }
+
+  /** A connection outside the pool, with the pool's settings. */
+  private ownClient(applicationName: string): pg.Client {
+    return this.connectionString
+      ? new pg.Client({ connectionString: this.connectionString, application_name: applicationName })
+      : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: applicationName });
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    this.closeNotifier();
     await Promise.all(this.listeners.map((l) => l.close()));
     this.listeners = [];
     if (this.ownsPool) await this.pool.end();

@@ -280,6 +280,11 @@ delete from ${s}.leader where name = 'default' and leader_id = $1`,
 
     notify: /* sql */ `select pg_notify($1, $2)`,
 
+    // For rea's own LISTEN and wake-up connections only. A NOTIFY takes a transaction id, so each
+    // one commits with a WAL record, and under synchronous_commit it waits for a WAL flush like a
+    // business commit. A wake-up lost in a crash costs nothing (the relay polls), so it need not.
+    wakeupSession: /* sql */ `set synchronous_commit = off`,
+
     backendPid: /* sql */ `select pg_backend_pid() as pid`,
   };
 }
