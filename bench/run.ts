@@ -323,7 +323,7 @@ const NOTES = [
   'Figure 3: single = BEGIN, enqueue one job, COMMIT, back to back on 8 connections (graphile: add_job SQL; pg-boss: send() on the caller\'s client; rea: record() on the caller\'s client). Batched = one transaction per 500 jobs (graphile add_jobs, pg-boss insert, rea recordMany), 8 connections.',
   'Figure 4: BEGIN, insert an order row, COMMIT vs the same with record() before COMMIT, 8 connections, alternated in chunks; ratio = tx/s alone ÷ tx/s with record. Alternated with them, two floors with no rea at all: the same transaction plus one more plain row (into a copy of the orders table) as its own statement (the shape of record() on the caller\'s client, one more round trip), and the same row sent with COMMIT in one simple query (the shape of bus.transaction). A ratio near its floor means rea adds little beyond what one more row costs PostgreSQL on this machine.',
   'Figure 5: BEGIN, insert one row into a plain orders table, COMMIT, 8 connections; and the same with `select pg_notify(\'x\', \'\')` in each transaction. rea rates are also shown as a fraction of the plain rate.',
-  'Figure 6: fanned history rows are inserted with insert … select generate_series and vacuum-analyzed; then 200 unfanned events are inserted and one relay fan-out round (claim, insert jobs, mark fanned) is timed, repeated; median ms; ratio large ÷ small.',
+  'Figure 6: two fresh schemas get their fanned history rows (insert … select generate_series, then vacuum analyze and a checkpoint); then, alternating between the two (small, large, large, small, …), 200 unfanned events are inserted and one relay fan-out round (claim, insert jobs, mark fanned) is timed; median ms of each side; ratio large ÷ small.',
 ];
 
 main().catch(async (err) => {
