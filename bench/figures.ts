@@ -139,19 +139,34 @@ export async function latency(system: System, schema: string, n: number, rate: n
   };
 }
 
-/** Figure 3: jobs per second enqueued one per transaction from 8 connections, and in batches of 500. */
-export async function enqueue(system: System, schema: string, singles: number, batched: number, connections: number): Promise<{ single: number; batch: number }> {
+/**
+ * Figure 3: jobs per second enqueued one per transaction from 8 connections, and in batches of
+ * 500. The single enqueues alternate in chunks with figure 5's plain transaction (BEGIN, one order
+ * row, COMMIT) on the same connections, so "single ÷ plain" compares two rates of one moment,
+ * not of two figures minutes apart on a machine whose speed drifts.
+ */
+export async function enqueue(system: System, schema: string, singles: number, batched: number, connections: number): Promise<{ single: number; plainAlongside: number; batch: number }> {
   await system.install(schema);
+  await createOrders(schema);
   const producer = await system.producer(schema);
   const clients = await connectClients(connections, 'rea-bench-enqueue');
   try {
     await drive(clients, Math.min(200, singles / 10), (c, i) => producer.one(c, 1_000_000 + i));
-    const single = await drive(clients, singles, (c, i) => producer.one(c, i));
+    const chunk = Math.max(400, Math.ceil(singles / 4));
+    const rounds = Math.ceil(singles / chunk);
+    let single = 0;
+    let plainAlongside = 0;
+    let seq = 0;
+    let order = 0;
+    for (let k = 0; k < rounds; k++) {
+      single += await drive(clients, chunk, (c) => producer.one(c, seq++));
+      plainAlongside += await drive(clients, chunk, (c) => orderTx(c, schema, order++));
+    }
     const batches = Math.ceil(batched / 500);
     const batchRate = await drive(clients, batches, (c, b) =>
       producer.many(c, Array.from({ length: 500 }, (_, k) => 2_000_000 + b * 500 + k)),
     );
-    return { single, batch: batchRate * 500 };
+    return { single: single / rounds, plainAlongside: plainAlongside / rounds, batch: batchRate * 500 };
   } finally {
     await endClients(clients);
     await producer.close();
