@@ -29,7 +29,8 @@ export async function throughput(system: System, schema: string, n: number, conc
   const cpu0 = serverCpuSeconds();
 
   const child = fork(compiledWorkerChild(), [system.name, schema, String(n), String(concurrency), String(timeoutMs)], {
-    execArgv: [],
+    // e.g. REA_BENCH_WORKER_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' to profile the worker.
+    execArgv: process.env.REA_BENCH_WORKER_NODE_ARGS?.split(' ').filter(Boolean) ?? [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const msg: any = await new Promise((resolve, reject) => {

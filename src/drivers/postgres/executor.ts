@@ -53,7 +53,7 @@ export class PostgresExecutor implements Executor {
       },
       eventFound: true,
     }));
-    return { eventIds: row.event_ids as string[], jobs: row.jobs as number, handedOff };
+    return { eventIds: row.event_ids ? (row.event_ids as string).split(',') : [], jobs: row.jobs as number, handedOff };
   }
 
   async eventListUnfanned(p: { limit: number }): Promise<string[]> {

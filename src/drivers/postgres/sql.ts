@@ -83,7 +83,8 @@ ${handOff ? /* sql */ `), offered as (
   where e.ctid = c.ctid
   returning e.id
 )
-select coalesce((select array_agg(id order by id) from fanned), '{}')::text[] as event_ids,
+-- The ids as one comma-separated text: cheaper to split than a text[] to parse (200 per round).
+select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
        (select count(*) from inserted)::int as jobs,
        (select coalesce(json_agg(json_build_object(
            'id', i.id::text, 'target', i.target, 'attempt', i.attempt, 'max_attempts', i.max_attempts,
