@@ -5,6 +5,7 @@
 // A round is timed through bus.relayOnce(), the very round the relay loop runs, on a bus whose own
 // relay loop and worker are off, so nothing else claims the events under the clock.
 import { adminPool, dropSchema, median, nowMs } from './lib/env.js';
+import { postgresStatements } from '../src/drivers/postgres/sql.js';
 import { makeBus, REA_TYPE } from './rea.js';
 
 const ROUND = 200;
@@ -61,6 +62,24 @@ async function timeRound(bus: any, schema: string, r: number): Promise<number> {
   return ms;
 }
 
+/**
+ * EXPLAIN (ANALYZE, BUFFERS, WAL) of one more fan-out round, rolled back: the same plan, buffers
+ * and WAL on both sides is what "the claim does not read history" means.
+ */
+async function explainRound(schema: string, history: number): Promise<void> {
+  await addRound(schema);
+  const c = await adminPool().connect();
+  try {
+    await c.query('begin');
+    const sql = postgresStatements(`"${schema}"`).eventFanOut;
+    const r = await c.query(`explain (analyze, buffers, wal) ${sql}`, [ROUND, null, 18, 30_000, 300_000]);
+    console.error(`--- EXPLAIN fan-out round, ${history.toLocaleString('en-US')} fanned rows\n${r.rows.map((x) => x['QUERY PLAN']).join('\n')}`);
+  } finally {
+    await c.query('rollback');
+    c.release();
+  }
+}
+
 async function claimBus(schema: string): Promise<any> {
   const bus = await makeBus(schema, { relay: { enabled: false }, worker: { enabled: false }, poolSize: 2 });
   await bus.migrate();
@@ -75,7 +94,7 @@ async function claimBus(schema: string): Promise<any> {
  * alternate (small, large, large, small, …), so the machine's drift over the run and the
  * checkpoint after the big load fall on both sides alike.
  */
-export async function claimCost(schema: string, small: number, large: number, rounds: number): Promise<{ smallMs: number; largeMs: number }> {
+export async function claimCost(schema: string, small: number, large: number, rounds: number, explain = false): Promise<{ smallMs: number; largeMs: number }> {
   const smallSchema = `${schema}_small`;
   await dropSchema(smallSchema);
   const sides = [
@@ -93,6 +112,7 @@ export async function claimCost(schema: string, small: number, large: number, ro
         if (r >= WARM) side.times.push(ms);
       }
     }
+    if (explain) for (const side of sides) await explainRound(side.schema, side.history);
     return { smallMs: median(sides[0]!.times), largeMs: median(sides[1]!.times) };
   } finally {
     for (const side of sides) await side.bus.stop();

@@ -34,7 +34,7 @@ for (const a of args) {
   }
 }
 const quick = !!flag('quick');
-const explain = !!flag('explain'); // print EXPLAIN (ANALYZE, BUFFERS, WAL) of rea's per-job statements
+const explain = !!flag('explain'); // print EXPLAIN (ANALYZE, BUFFERS, WAL) of rea's per-job statements (figures 1 and 6)
 const only: Figure[] | null = value('only')
   ? value('only')!.split(',').map((f) => {
       const fig = (ALIASES[f] ?? f) as Figure;
@@ -138,7 +138,7 @@ async function runSystemFigure(figure: Figure, sys: System, rep: number) {
         break;
       }
       case 'claim': {
-        const r = await claimCost(schema, SIZE.claimSmall, SIZE.claimLarge, SIZE.claimRounds);
+        const r = await claimCost(schema, SIZE.claimSmall, SIZE.claimLarge, SIZE.claimRounds, explain);
         put('claim_small_history', sys.name, r.smallMs);
         put('claim_large_history', sys.name, r.largeMs);
         break;
@@ -322,7 +322,7 @@ function targetsOf(series: Series[]): Target[] {
 const NOTES = [
   'Every system runs on a fresh schema of the same database for every figure and repetition; the schema is dropped right after.',
   'Figure 1: jobs are enqueued with each system\'s bulk API before the worker starts (rea: recordMany of 500, unfanned, so the relay\'s fan-out is inside the measurement). The worker runs in a child process; the clock runs from just before the worker is started until every handler has run and the database shows no unfinished job (graphile: no row left in _private_jobs; pg-boss: every job `completed`; rea: no unfanned event and no job available/running/retryable). The run fails unless every job ran exactly once (a per-seq counter, checked again 250 ms after the end) and, where the system keeps them, the database shows exactly N completed.',
-  'Figure 1, where the time goes: `server_cpu_per_job` is the PostgreSQL server\'s CPU (all its processes, from /proc) per job while the worker ran; it varies far less than the rates with the machine\'s load. `worker_cpu_per_job` is the worker process\'s own CPU (user + system, process.cpuUsage) per job. `profile_*` runs rea\'s three per-job statements alone over the same 20 000 events in rounds of 200 (bench/profile.ts; the relay\'s fan-out, the worker\'s claim, the batched completion): wall and server CPU per row. `npm run bench -- --only=throughput --explain` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of each.',
+  'Figure 1, where the time goes: `server_cpu_per_job` is the PostgreSQL server\'s CPU (all its processes, from /proc) per job while the worker ran; it varies far less than the rates with the machine\'s load. `worker_cpu_per_job` is the worker process\'s own CPU (user + system, process.cpuUsage) per job. `profile_*` runs rea\'s three per-job statements alone over the same 20 000 events in rounds of 200 (bench/profile.ts; the relay\'s fan-out, the worker\'s claim, the batched completion): wall and server CPU per row. `npm run bench -- --only=throughput --explain` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of each (and `--only=claim --explain` of one figure-6 round on each side).',
   'graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.',
   'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system and runs as compiled JavaScript under plain node (tsc compiles src/ and bench/ into bench/.build/ at the start of the run), as in production: under the tsx loader rea\'s own files were transformed in memory and the peers\' published JavaScript was not. `rss_growth_while_working` is peak minus the RSS just before the worker started.',
   'Figure 2: producer and worker in one process (one clock). A job is sent every 5 ms on a fixed grid, each in its own transaction on one of 8 connections (rea: bus.transaction + record); latency = handler start − the moment COMMIT returned. The peers use the same configuration as figure 1.',
