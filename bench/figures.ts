@@ -1,6 +1,7 @@
 // One function per figure of issue 6. Each takes a fresh schema, measures one system once and
 // returns plain numbers; run.ts does the interleaving, the repetitions and the medians.
 import { fork } from 'node:child_process';
+import type pg from 'pg';
 import { compiledWorkerChild } from './lib/compile.js';
 import { serverCpuSeconds } from './lib/server-cpu.js';
 import { connectClients, drive, endClients, nowMs, percentile, sleep } from './lib/env.js';
@@ -140,6 +141,17 @@ export async function latency(system: System, schema: string, n: number, rate: n
   };
 }
 
+/** `total` runs of each side, in chunks of a quarter, the sides taking turns so drift in the machine hits them alike; each side's mean rate. */
+async function alternated(clients: pg.Client[], total: number, sides: ((c: pg.Client) => Promise<unknown>)[]): Promise<number[]> {
+  const chunk = Math.max(400, Math.ceil(total / 4));
+  const rounds = Math.ceil(total / chunk);
+  const sums = sides.map(() => 0);
+  for (let k = 0; k < rounds; k++) {
+    for (let j = 0; j < sides.length; j++) sums[j]! += await drive(clients, chunk, async (c) => void (await sides[j]!(c)));
+  }
+  return sums.map((x) => x / rounds);
+}
+
 /**
  * Figure 3: jobs per second enqueued one per transaction from 8 connections, and in batches of
  * 500. The single enqueues alternate in chunks with figure 5's plain transaction (BEGIN, one order
@@ -153,21 +165,17 @@ export async function enqueue(system: System, schema: string, singles: number, b
   const clients = await connectClients(connections, 'rea-bench-enqueue');
   try {
     await drive(clients, Math.min(200, singles / 10), (c, i) => producer.one(c, 1_000_000 + i));
-    const chunk = Math.max(400, Math.ceil(singles / 4));
-    const rounds = Math.ceil(singles / chunk);
-    let single = 0;
-    let plainAlongside = 0;
     let seq = 0;
     let order = 0;
-    for (let k = 0; k < rounds; k++) {
-      single += await drive(clients, chunk, (c) => producer.one(c, seq++));
-      plainAlongside += await drive(clients, chunk, (c) => orderTx(c, schema, order++));
-    }
+    const [single, plainAlongside] = await alternated(clients, singles, [
+      (c) => producer.one(c, seq++),
+      (c) => orderTx(c, schema, order++),
+    ]);
     const batches = Math.ceil(batched / 500);
     const batchRate = await drive(clients, batches, (c, b) =>
       producer.many(c, Array.from({ length: 500 }, (_, k) => 2_000_000 + b * 500 + k)),
     );
-    return { single: single / rounds, plainAlongside: plainAlongside / rounds, batch: batchRate * 500 };
+    return { single: single!, plainAlongside: plainAlongside!, batch: batchRate * 500 };
   } finally {
     await endClients(clients);
     await producer.close();
@@ -189,21 +197,15 @@ export async function recordOverhead(system: System, schema: string, total: numb
   const producer = await system.producer(schema);
   const clients = await connectClients(connections, 'rea-bench-overhead');
   try {
-    const chunk = Math.max(400, Math.ceil(total / 4));
-    const rounds = Math.ceil(total / chunk);
-    let alone = 0;
-    let withRecord = 0;
-    let extraRow = 0;
-    let extraRowWithCommit = 0;
     let i = 0;
     await drive(clients, 200, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
-    for (let k = 0; k < rounds; k++) {
-      alone += await drive(clients, chunk, (c) => orderTx(c, schema, i++));
-      withRecord += await drive(clients, chunk, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
-      extraRow += await drive(clients, chunk, (c) => orderTx(c, schema, i++, (cc) => cc.query(insertOrderCopy(schema), [`o-${i}`, i % 1000])));
-      extraRowWithCommit += await drive(clients, chunk, (c) => orderTxWithCommittedRow(c, schema, i++));
-    }
-    return { alone: alone / rounds, withRecord: withRecord / rounds, extraRow: extraRow / rounds, extraRowWithCommit: extraRowWithCommit / rounds };
+    const [alone, withRecord, extraRow, extraRowWithCommit] = await alternated(clients, total, [
+      (c) => orderTx(c, schema, i++),
+      (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)),
+      (c) => orderTx(c, schema, i++, (cc) => cc.query(insertOrderCopy(schema), [`o-${i}`, i % 1000])),
+      (c) => orderTxWithCommittedRow(c, schema, i++),
+    ]);
+    return { alone: alone!, withRecord: withRecord!, extraRow: extraRow!, extraRowWithCommit: extraRowWithCommit! };
   } finally {
     await endClients(clients);
     await producer.close();

@@ -10,16 +10,19 @@ import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
 
+/** A bus whose pool has one connection, no relay or worker, and a wake-up 50 ms after a commit. */
+const oneConnectionBus = (schema: string) => testBus(postgresTarget, events, {
+  schema,
+  database: { postgres: PG_URL, poolSize: 1 },
+  relay: { enabled: false },
+  worker: { enabled: false },
+  notifyDebounceMs: 50,
+});
+
 describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', () => {
   it('go out while every pool connection is held by the application', async () => {
     const schema = freshSchema();
-    const bus = await testBus(postgresTarget, events, {
-      schema,
-      database: { postgres: PG_URL, poolSize: 1 },
-      relay: { enabled: false },
-      worker: { enabled: false },
-      notifyDebounceMs: 50,
-    });
+    const bus = await oneConnectionBus(schema);
     await bus.start();
 
     const other = new pg.Client({ connectionString: PG_URL });
@@ -49,13 +52,7 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
 
   it('from a process that only records go out on a connection of their own, not the pool, closed with the bus', async () => {
     const schema = freshSchema();
-    const bus = await testBus(postgresTarget, events, {
-      schema,
-      database: { postgres: PG_URL, poolSize: 1 },
-      relay: { enabled: false },
-      worker: { enabled: false },
-      notifyDebounceMs: 50,
-    });
+    const bus = await oneConnectionBus(schema);
     // Never started: no LISTEN connection, as in a web process that records and runs no relay.
     const other = new pg.Client({ connectionString: PG_URL });
     await other.connect();
