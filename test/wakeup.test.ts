@@ -5,6 +5,7 @@ import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
+import { wakeupNotify } from '../src/drivers/postgres/sql.js';
 import { defineEvents } from '../src/index.js';
 import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
@@ -86,6 +87,22 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
       if (left > 0) await new Promise((r) => setTimeout(r, 20));
     }
     expect(left).toBe(0);
+  });
+
+  it('skip the WAL flush in their own transaction and leave the session as it was (safe behind a transaction pooler)', async () => {
+    const sender = new pg.Client({ connectionString: PG_URL });
+    await sender.connect();
+    onTestFinished(() => sender.end());
+    const other = new pg.Client({ connectionString: PG_URL });
+    await other.connect();
+    onTestFinished(() => other.end());
+    await other.query('LISTEN rea_wake_async');
+    const received = new Promise<pg.Notification>((resolve) => other.on('notification', resolve));
+
+    const results = (await sender.query(wakeupNotify(pg.escapeLiteral('rea_wake_async'), pg.escapeLiteral("it's")))) as unknown as pg.QueryResult[];
+    expect(results.map((r) => r.command)).toEqual(['BEGIN', 'SET', 'SELECT', 'COMMIT']);
+    expect((await received).payload).toBe("it's");
+    expect((await sender.query('show synchronous_commit')).rows[0].synchronous_commit).toBe('on');
   });
 
   it('wake-ups sent at once go out one after another on the LISTEN connection, each once', async () => {

@@ -9,7 +9,7 @@ import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
 import { PostgresOperationsExecutor } from './executor-operations.js';
 import { preparedQueryable, statementSet } from './prepared.js';
-import { postgresStatements } from './sql.js';
+import { postgresStatements, wakeupNotify } from './sql.js';
 
 export interface PostgresDriverOptions {
   /** A connection string, or a pg.Pool the application already owns (rea will not end it). */
@@ -149,7 +149,6 @@ export class PostgresDriver implements Driver {
       });
       await c.connect();
       ownPid = (await c.query<{ pid: number }>(this.sql.backendPid)).rows[0]!.pid;
-      await c.query(this.sql.wakeupSession);
       await c.query(`LISTEN "${channel}"`);
       client = c;
       // Wake-ups go out on this connection from now on; the one kept for them until now can go.
@@ -211,7 +210,7 @@ export class PostgresDriver implements Driver {
     const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
     if (listening) {
       try {
-        await listening.query(this.sql.notify, [channel, payload]);
+        await listening.query(wakeupNotify(pg.escapeLiteral(channel), pg.escapeLiteral(payload)));
         return;
       } catch {
         // The listen connection just failed (its error handler reconnects it); use the notifier.
@@ -220,7 +219,7 @@ export class PostgresDriver implements Driver {
     if (this.closed) return;
     try {
       const notifier = await (this.notifier ?? this.connectNotifier());
-      await notifier.query(this.sql.notify, [channel, payload]);
+      await notifier.query(wakeupNotify(pg.escapeLiteral(channel), pg.escapeLiteral(payload)));
     } catch (err) {
       if (!this.closed) throw err; // a wake-up cut short by close() is no failure
     }
@@ -229,11 +228,7 @@ export class PostgresDriver implements Driver {
   /** The wake-up connection of a process that does not listen; dropped when it fails, reopened on the next wake-up. */
   private connectNotifier(): Promise<pg.Client> {
     const c = this.ownClient('rea-notify');
-    const opened = (async () => {
-      await c.connect();
-      await c.query(this.sql.wakeupSession);
-      return c;
-    })();
+    const opened = c.connect().then(() => c);
     this.notifier = opened;
     c.on('error', (err) => {
       this.options.onError(err, 'notify');

@@ -281,16 +281,22 @@ delete from ${s}.leader where name = 'default' and leader_id = $1`,
 
     notify: /* sql */ `select pg_notify($1, $2)`,
 
-    // For rea's own LISTEN and wake-up connections only. A NOTIFY takes a transaction id, so each
-    // one commits with a WAL record, and under synchronous_commit it waits for a WAL flush like a
-    // business commit. A wake-up lost in a crash costs nothing (the relay polls), so it need not.
-    wakeupSession: /* sql */ `set synchronous_commit = off`,
-
     backendPid: /* sql */ `select pg_backend_pid() as pid`,
   };
 }
 
 export type PostgresStatements = ReturnType<typeof postgresStatements>;
+
+/**
+ * A wake-up on rea's own LISTEN or wake-up connection, as one simple-protocol query (the values
+ * are escaped literals). A NOTIFY takes a transaction id, so it commits with a WAL record of its
+ * own and, under synchronous_commit, waits for a WAL flush like a business commit. A wake-up lost
+ * in a crash costs nothing (the relays poll), so it need not wait. SET LOCAL, not SET: behind a
+ * transaction pooler a session setting would outlive this transaction on a server connection
+ * that business transactions use next.
+ */
+export const wakeupNotify = (channelLiteral: string, payloadLiteral: string) =>
+  /* sql */ `begin; set local synchronous_commit = off; select pg_notify(${channelLiteral}, ${payloadLiteral}); commit`;
 
 export const migrationStatements = {
   lock: /* sql */ `select pg_advisory_xact_lock(hashtext('rea.migrate:' || $1))`,
