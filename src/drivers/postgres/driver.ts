@@ -32,7 +32,7 @@ export class PostgresDriver implements Driver {
   private readonly connectionString: string | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   private listeners: { close: () => Promise<void>; client: () => pg.Client | undefined }[] = [];
-  /** Wake-ups waiting for the one in flight on the LISTEN connection, by channel and payload. */
+  /** Wake-ups waiting for the one in flight (on the LISTEN or the wake-up connection), by channel and payload. */
   private readonly notifyQueue = new Map<string, [string, string]>();
   private notifying = false;
   /** The wake-up connection while no LISTEN connection is open (a process that only records). */
@@ -207,10 +207,11 @@ export class PostgresDriver implements Driver {
   }
 
   private async sendNotify(channel: string, payload: string): Promise<void> {
+    const text = wakeupNotify(pg.escapeLiteral(channel), pg.escapeLiteral(payload));
     const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
     if (listening) {
       try {
-        await listening.query(wakeupNotify(pg.escapeLiteral(channel), pg.escapeLiteral(payload)));
+        await listening.query(text);
         return;
       } catch {
         // The listen connection just failed (its error handler reconnects it); use the notifier.
@@ -219,7 +220,7 @@ export class PostgresDriver implements Driver {
     if (this.closed) return;
     try {
       const notifier = await (this.notifier ?? this.connectNotifier());
-      await notifier.query(wakeupNotify(pg.escapeLiteral(channel), pg.escapeLiteral(payload)));
+      await notifier.query(text);
     } catch (err) {
       if (!this.closed) throw err; // a wake-up cut short by close() is no failure
     }
