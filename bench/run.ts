@@ -3,6 +3,7 @@
 // interleaved (rea, graphile, pg-boss, rea, …) so drift in the machine spreads over all systems,
 // prints one JSON line per figure and system, and writes the results as Markdown.
 import { writeFileSync } from 'node:fs';
+import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { claimCost } from './claim.js';
 import { profileStatements } from './profile.js';
@@ -285,6 +286,29 @@ function collect(): Series[] {
   return out;
 }
 
+/**
+ * What the figure-1 target leaves to spend: the database server and the worker share this
+ * machine's CPUs, so 2× the faster peer's rate allows at most CPUs ÷ that rate of CPU per job,
+ * both processes together. Set against what each system used, server + worker.
+ */
+function cpuBudget(get: (figure: string, system: string) => number | undefined, best: number): string {
+  const cpus = os.availableParallelism();
+  const budget = (cpus * 1e6) / (2 * best);
+  const used = (system: string) => {
+    const server = get('server_cpu_per_job', system);
+    const worker = get('worker_cpu_per_job', system);
+    return server !== undefined && worker !== undefined ? { server, worker } : undefined;
+  };
+  const fastest = ['graphile-worker', 'pg-boss'].find((name) => get('throughput', name) === best)!;
+  const rea = used('rea');
+  const peer = used(fastest);
+  if (!rea || !peer) return '';
+  const us = (x: number) => x.toFixed(0);
+  return `; CPU budget at 2× on ${cpus} CPUs: ${us(budget)} µs per job, server and worker together;`
+    + ` used: rea ${us(rea.server + rea.worker)} µs (server ${us(rea.server)}, worker ${us(rea.worker)}),`
+    + ` ${fastest} ${us(peer.server + peer.worker)} µs (server ${us(peer.server)}, worker ${us(peer.worker)})`;
+}
+
 function targetsOf(series: Series[]): Target[] {
   const get = (figure: string, system: string) => {
     const s = series.find((x) => x.figure === figure && x.system === system && !x.skipped && !x.failed && x.runs.length);
@@ -295,7 +319,7 @@ function targetsOf(series: Series[]): Target[] {
   const peers1 = [get('throughput', 'graphile-worker'), get('throughput', 'pg-boss')].filter((x): x is number => x !== undefined);
   const best = peers1.length ? Math.max(...peers1) : undefined;
   t.push({ figure: '1 throughput', text: '≥ 2× the faster peer', met: rea1 !== undefined && best !== undefined ? rea1 >= 2 * best : undefined,
-    value: rea1 !== undefined && best !== undefined ? `${Math.round(rea1)} vs ${Math.round(best)} jobs/s (${(rea1 / best).toFixed(2)}×)` : best !== undefined ? `faster peer ${Math.round(best)} jobs/s; rea not measured` : '—' });
+    value: rea1 !== undefined && best !== undefined ? `${Math.round(rea1)} vs ${Math.round(best)} jobs/s (${(rea1 / best).toFixed(2)}×)${cpuBudget(get, best)}` : best !== undefined ? `faster peer ${Math.round(best)} jobs/s; rea not measured` : '—' });
   const p99 = get('latency_p99', 'rea');
   t.push({ figure: '2 latency', text: 'p99 ≤ 10 ms', met: p99 !== undefined ? p99 <= 10 : undefined, value: p99 !== undefined ? `${p99.toFixed(2)} ms` : '—' });
   const single = get('enqueue_single', 'rea');
