@@ -304,13 +304,16 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
   };
 
+  /** Rejects with the driver's DatabaseError when the database cannot be used at all (down, refusing, not migrated). */
+  const explained = <T>(work: Promise<T>): Promise<T> => work.catch((err: unknown) => Promise.reject(driver.explainError(err)));
+
   const bus: Bus<S> = {
     schema,
     driver,
     lifecycle,
     instanceId,
 
-    migrate: () => driver.migrate(),
+    migrate: () => explained(driver.migrate()),
 
     on(patterns, name, fn, handlerOptions = {}) {
       if (state !== 'idle') throw new BusStateError(`bus.on('${name}') must be called before bus.start()`);
@@ -389,12 +392,13 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async start() {
       if (state === 'started') return;
       if (state === 'stopped') throw new BusStateError('a stopped bus cannot be started again; create a new one');
-      await driver.executor.handlerUpsertMany(
+      // The first statement a started bus runs: a database that is down or not migrated is named here.
+      await explained(driver.executor.handlerUpsertMany(
         [...handlers.values()].map((h) => ({
           name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
           leaseMs: h.timeoutMs + leaseMarginMs, priority: h.priority,
         })),
-      );
+      ));
       state = 'started';
       if (driver.capabilities.listenNotify) {
         unlisten = await driver.listen(channel, (payload) => {
@@ -425,7 +429,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     async overview() {
-      const facts = await driver.operations.overviewFacts({ exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog });
+      const facts = await explained(driver.operations.overviewFacts({ exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog }));
       // The database's clock unless one is injected: created_at comes from it, so ages never mix two clocks.
       const now = clock.now()?.getTime() ?? facts.readAt.getTime();
       const jobs = Object.fromEntries(Object.entries(facts.jobs).map(([k, f]) => [k, f.value])) as Overview['jobs'];

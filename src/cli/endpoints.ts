@@ -6,7 +6,7 @@ import { defineEvents, type EventSchemas } from '../core/events.js';
 import { OptionsError } from '../core/errors.js';
 import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/webhook/endpoints.js';
 import type { EndpointState } from '../driver/webhooks.js';
-import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
+import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
 
 interface Flags extends ConnectionFlags {
   json?: boolean;
@@ -17,12 +17,18 @@ async function withEndpointsBus<T>(flags: Flags, fn: (bus: Bus<EventSchemas>) =>
   const { database, schema } = resolveConnection(flags);
   const allowPrivateNetworks = flags.allowPrivateNetworks === true || process.env.REA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS === '1';
   // An admin bus: no event catalog (patterns are checked for shape only), never started.
-  const bus = createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } });
-  try {
-    return await fn(bus);
-  } finally {
-    await bus.stop();
-  }
+  return onDatabase(createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } }), fn);
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const STATES: readonly EndpointState[] = ['enabled', 'failing', 'disabled'];
+
+/** Endpoint ids are UUIDs: anything else is a typo, not an endpoint that happens not to exist. */
+function endpointId(command: string): (value: string) => string {
+  return (value) => {
+    if (!UUID.test(value)) throw new OptionsError(`endpoints ${command} <id>`, `${value} is not an endpoint id (a UUID; rea endpoints list shows them)`);
+    return value;
+  };
 }
 
 function command(name: string, description: string): Command {
@@ -72,6 +78,7 @@ export function endpointsCommand(): Command {
       .option('--description <text>', 'what it is for')
       .option('--secret <whsec>', 'use this Standard Webhooks secret instead of a generated one')
       .action(async (url: string, flags: Flags & { events: string[]; description?: string; secret?: string }) => {
+        if (flags.events.length === 0) throw new OptionsError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
         const e = await withEndpointsBus(flags, (bus) => bus.endpoints.create({ url, eventTypes: flags.events, description: flags.description, secret: flags.secret }));
         printWithSecret(e, flags.json, 'secret');
       }),
@@ -81,6 +88,9 @@ export function endpointsCommand(): Command {
     command('list', 'list endpoints with their state (never their secrets)')
       .option('--state <state>', 'only enabled, failing or disabled endpoints')
       .action(async (flags: Flags & { state?: string }) => {
+        if (flags.state !== undefined && !STATES.includes(flags.state as EndpointState)) {
+          throw new OptionsError('--state', `must be one of ${STATES.join(', ')}, got '${flags.state}'`);
+        }
         const list = await withEndpointsBus(flags, (bus) => bus.endpoints.list({ state: flags.state as EndpointState | undefined }));
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatEndpoint).join('\n') : 'no endpoints');
@@ -89,13 +99,13 @@ export function endpointsCommand(): Command {
 
   root.addCommand(
     command('enable', 'enable an endpoint (after a fix); clears failing and disabled state')
-      .argument('<id>')
+      .argument('<id>', 'the endpoint id', endpointId('enable'))
       .action(async (id: string, flags: Flags) => printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.enable(id)), flags.json)),
   );
 
   root.addCommand(
     command('disable', 'disable an endpoint: nothing new is enqueued for it')
-      .argument('<id>')
+      .argument('<id>', 'the endpoint id', endpointId('disable'))
       .option('--reason <text>', 'recorded with the endpoint')
       .action(async (id: string, flags: Flags & { reason?: string }) =>
         printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.disable(id, { reason: flags.reason })), flags.json)),
@@ -103,18 +113,16 @@ export function endpointsCommand(): Command {
 
   root.addCommand(
     command('rotate', 'rotate the secret; the old one keeps signing for the grace period; prints the new secret once')
-      .argument('<id>')
-      .option('--grace-ms <ms>', 'how long the previous secret stays valid (default 24 h)')
-      .action(async (id: string, flags: Flags & { graceMs?: string }) => {
-        const graceMs = flags.graceMs === undefined ? undefined : Number(flags.graceMs);
-        if (graceMs !== undefined && !Number.isInteger(graceMs)) throw new OptionsError('--grace-ms', 'must be a whole number of milliseconds');
-        printWithSecret(await withEndpointsBus(flags, (bus) => bus.endpoints.rotateSecret(id, { graceMs })), flags.json, 'new secret');
+      .argument('<id>', 'the endpoint id', endpointId('rotate'))
+      .option('--grace-ms <ms>', 'how long the previous secret stays valid (default 24 h)', wholeNumber(0))
+      .action(async (id: string, flags: Flags & { graceMs?: number }) => {
+        printWithSecret(await withEndpointsBus(flags, (bus) => bus.endpoints.rotateSecret(id, { graceMs: flags.graceMs })), flags.json, 'new secret');
       }),
   );
 
   root.addCommand(
     command('test', 'send one signed test event to an endpoint now and show the answer')
-      .argument('<id>')
+      .argument('<id>', 'the endpoint id', endpointId('test'))
       .action(async (id: string, flags: Flags) => {
         const r = await withEndpointsBus(flags, (bus) => bus.endpoints.test(id));
         if (flags.json) console.log(JSON.stringify(r));
@@ -130,10 +138,10 @@ export function endpointsCommand(): Command {
 
   root.addCommand(
     command('attempts', "an endpoint's delivery attempts, newest first")
-      .argument('<id>')
-      .option('--limit <n>', 'how many', '20')
-      .action(async (id: string, flags: Flags & { limit: string }) => {
-        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.attempts(id, { limit: Number(flags.limit) }));
+      .argument('<id>', 'the endpoint id', endpointId('attempts'))
+      .option('--limit <n>', 'how many (1–1000)', wholeNumber(1, 1000), 20)
+      .action(async (id: string, flags: Flags & { limit: number }) => {
+        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.attempts(id, { limit: flags.limit }));
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatAttempt).join('\n') : 'no attempts');
       }),

@@ -19,7 +19,7 @@ export function eventsCommand(): Command {
     .option('--poisoned', 'requeue every poisoned event')
     .option('--json', 'print { requeued, unchanged } as JSON')
     .action(async (ids: string[], flags: ConnectionFlags & { poisoned?: boolean; json?: boolean }) => {
-      if (flags.poisoned === (ids.length > 0)) throw new OptionsError('events requeue', 'give event ids or --poisoned (one of the two)');
+      if (Boolean(flags.poisoned) === (ids.length > 0)) throw new OptionsError('events requeue', 'give event ids or --poisoned (one of the two)');
       const bad = ids.find((id) => !UUID.test(id));
       if (bad) throw new OptionsError('events requeue', `${bad} is not an event id (a UUID)`);
       const requeued = await withAdminBus(flags, (bus) => bus.events.requeue(flags.poisoned ? { poisoned: true } : ids));

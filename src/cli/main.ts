@@ -1,5 +1,6 @@
 // The rea command line: one file per subcommand.
-import { Command } from 'commander';
+import { createRequire } from 'node:module';
+import { Command, CommanderError } from 'commander';
 import { ReaError } from '../core/errors.js';
 import { captureCommand } from './capture.js';
 import { demoCommand } from './demo.js';
@@ -12,9 +13,16 @@ import { retentionCommand } from './retention.js';
 import { runCommand } from './run.js';
 import { statusCommand } from './status.js';
 
+/** Exit codes: 1 when the work failed (the database, a failed check), 2 when the command line was wrong. */
+export const EXIT_FAILED = 1;
+export const EXIT_USAGE = 2;
+
+const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
+
 export function program(): Command {
-  return new Command('rea')
+  const root = new Command('rea')
     .description('rea: a transactional-outbox event bus')
+    .version(version, '-V, --version', 'print the version')
     .addCommand(migrateCommand())
     .addCommand(runCommand())
     .addCommand(statusCommand())
@@ -24,17 +32,29 @@ export function program(): Command {
     .addCommand(endpointsCommand())
     .addCommand(retentionCommand())
     .addCommand(eventsCommand())
-    .addCommand(jobsCommand())
-    .showHelpAfterError();
+    .addCommand(jobsCommand());
+  // Commander prints its own usage errors; throwing instead of exiting lets main() give them the
+  // same exit code as rea's. Subcommands added with addCommand do not inherit this, so set it on each.
+  const configure = (cmd: Command) => {
+    cmd.exitOverride().showHelpAfterError();
+    cmd.commands.forEach(configure);
+  };
+  configure(root);
+  return root;
 }
 
 export async function main(argv: string[]): Promise<void> {
   try {
     await program().parseAsync(argv);
   } catch (err) {
+    if (err instanceof CommanderError) {
+      // Already printed by commander; --help and --version end here too, successfully.
+      process.exitCode = err.exitCode === 0 ? 0 : EXIT_USAGE;
+      return;
+    }
     if (err instanceof ReaError) {
       console.error(`rea: ${err.message}`);
-      process.exitCode = 2;
+      process.exitCode = err.code === 'ERR_DATABASE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
     throw err;

@@ -7,7 +7,7 @@ export function migrateCommand(): Command {
   return addConnectionFlags(new Command('migrate').description("create or upgrade rea's tables"))
     .option('--json', 'print JSON')
     .action(async (flags: ConnectionFlags & { json?: boolean }) => {
-      const { applied } = await withAdminBus(flags, (bus) => bus.migrate());
+      const { applied } = await withAdminBus(flags, (bus) => bus.migrate(), { create: true });
       if (flags.json) console.log(JSON.stringify({ applied }));
       else console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'already up to date');
     });

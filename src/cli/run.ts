@@ -4,22 +4,23 @@ import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { Bus } from '../bus.js';
 import { OptionsError } from '../core/errors.js';
+import { wholeNumber } from './settings.js';
 
 export function runCommand(): Command {
   return new Command('run')
     .description('run the relay, workers and maintenance of the bus exported by <module> (export `bus`, or a default export)')
     .argument('<module>', 'path to a module exporting a bus (or a function returning one)')
     .option('--migrate', 'run migrations before starting')
-    .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', '10000')
-    .option('--wait-for-database <ms>', 'keep retrying while the database is unreachable at start-up', '120000')
-    .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: string; waitForDatabase: string }) => {
+    .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', wholeNumber(0), 10_000)
+    .option('--wait-for-database <ms>', 'keep retrying while the database is unreachable at start-up', wholeNumber(0), 120_000)
+    .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: number; waitForDatabase: number }) => {
       const bus = await loadBus(modulePath);
       let stopping: string | undefined;
       const stopped = new Promise<void>((done) => {
         const stop = async (signal: string) => {
           stopping = signal;
           console.error(`rea: ${signal}: stopping, waiting up to ${flags.stopTimeout} ms for running handlers`);
-          await bus.stop({ timeoutMs: Number(flags.stopTimeout) });
+          await bus.stop({ timeoutMs: flags.stopTimeout });
           done();
         };
         process.once('SIGINT', () => void stop('SIGINT'));
@@ -27,7 +28,7 @@ export function runCommand(): Command {
       });
       // A database that restarts while workers come up (a deploy, a failover) is not a reason to
       // exit: retry start-up for a while, as the running bus itself rides out lost connections.
-      const started = await untilReachable(bus, Number(flags.waitForDatabase), () => stopping !== undefined, async () => {
+      const started = await untilReachable(bus, flags.waitForDatabase, () => stopping !== undefined, async () => {
         if (flags.migrate) await bus.migrate();
         await bus.start();
       });
@@ -46,8 +47,9 @@ async function untilReachable(bus: Bus<any>, waitMs: number, cancelled: () => bo
       return true;
     } catch (err) {
       if (cancelled()) return false;
-      if (!bus.driver.isTransientError(err) || Date.now() + delay > until) throw err;
-      console.error(`rea: database unavailable (${(err as Error).message}); retrying in ${delay} ms`);
+      const explained = bus.driver.explainError(err);
+      if (!bus.driver.isTransientError(err) || Date.now() + delay > until) throw explained;
+      console.error(`rea: ${(explained as Error).message}; retrying in ${delay} ms`);
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(5000, delay * 2);
     }

@@ -1,7 +1,12 @@
-// Where the CLI finds its database: flags first, then environment variables.
-import type { Command } from 'commander';
+// Where the CLI finds its database: flags first, then environment variables. Everything is
+// checked here, before a connection is opened, and errors name the flag (or variable) at fault.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { InvalidArgumentError, type Command } from 'commander';
 import { OptionsError } from '../core/errors.js';
-import type { DatabaseOptions } from '../bus.js';
+import type { Bus, DatabaseOptions } from '../bus.js';
+import type { EventSchemas } from '../core/events.js';
+import { checkConnectionString, checkSchemaName } from '../drivers/postgres/common.js';
 
 export interface ConnectionFlags {
   databaseUrl?: string;
@@ -16,22 +21,51 @@ export function addConnectionFlags(cmd: Command): Command {
     .option('--schema <name>', "schema holding rea's tables (env REA_SCHEMA, default rea)");
 }
 
-export function resolveConnection(flags: ConnectionFlags): { database: DatabaseOptions; schema: string } {
+/**
+ * The database and schema the flags name. `create`: a PGlite directory may be new (migrate);
+ * every other command needs one that already holds a database, so a mistyped path is an error
+ * rather than a fresh, empty database.
+ */
+export function resolveConnection(flags: ConnectionFlags, options: { create?: boolean } = {}): { database: DatabaseOptions; schema: string } {
+  if (flags.databaseUrl !== undefined && flags.pglite !== undefined) {
+    throw new OptionsError('--pglite', 'give --database-url or --pglite, not both');
+  }
   const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
+  checkSchemaName(schema, flags.schema !== undefined ? '--schema' : 'REA_SCHEMA');
   const url = flags.databaseUrl ?? (flags.pglite ? undefined : process.env.DATABASE_URL);
-  if (url) return { database: { postgres: url, poolSize: 4 }, schema };
+  if (url) {
+    checkConnectionString(url, flags.databaseUrl !== undefined ? '--database-url' : 'DATABASE_URL');
+    return { database: { postgres: url, poolSize: 4 }, schema };
+  }
   const dir = flags.pglite ?? process.env.REA_PGLITE;
-  if (dir) return { database: { pglite: dir }, schema };
+  if (dir) {
+    if (!options.create && !dir.startsWith('memory://') && !existsSync(join(dir, 'PG_VERSION'))) {
+      const field = flags.pglite !== undefined ? '--pglite' : 'REA_PGLITE';
+      throw new OptionsError(field, `${dir} holds no PGlite database (rea migrate --pglite ${dir} creates one)`);
+    }
+    return { database: { pglite: dir }, schema };
+  }
   throw new OptionsError('--database-url', 'no database given: pass --database-url URL (or set DATABASE_URL), or --pglite DIR');
 }
 
-/** A connection string with its password replaced, for messages. */
-export function redactUrl(url: string): string {
+/** Run fn on the bus; a database that is down, refuses or is not migrated comes out as a DatabaseError naming it. */
+export async function onDatabase<T>(bus: Bus<EventSchemas>, fn: (bus: Bus<EventSchemas>) => Promise<T>): Promise<T> {
   try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '(unparseable connection string)';
+    return await fn(bus);
+  } catch (err) {
+    throw bus.driver.explainError(err);
+  } finally {
+    await bus.stop();
   }
+}
+
+/** A commander parser for a whole-number flag in [min, max] (commander names the flag in its error). */
+export function wholeNumber(min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`must be a whole number ${max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`}`);
+    }
+    return n;
+  };
 }

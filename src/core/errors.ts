@@ -84,6 +84,17 @@ export class BusStateError extends ReaError {
   }
 }
 
+/**
+ * The database could not be used: `unreachable` (nothing answers there now: worth retrying),
+ * `refused` (it answered no: authentication, a database that does not exist) or `not-migrated`
+ * (rea's tables are missing from the schema). The driver's own error is the `cause`.
+ */
+export class DatabaseError extends ReaError {
+  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated', message: string, options?: { cause?: unknown }) {
+    super('ERR_DATABASE', message, options);
+  }
+}
+
 export class NotFoundError extends ReaError {
   constructor(what: string) {
     super('ERR_NOT_FOUND', `${what} not found`);

@@ -3,7 +3,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
-import { isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
+import { explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
@@ -26,10 +26,13 @@ export class PGliteDriver implements Driver {
   private readonly db: PGlite;
   private readonly ownsDb: boolean;
   private readonly sql: ReturnType<typeof postgresStatements>;
+  /** The database, for error messages. */
+  private readonly where: string;
 
   constructor(options: PGliteDriverOptions) {
     this.schema = options.schema;
     this.sql = postgresStatements(quoteSchema(options.schema));
+    this.where = typeof options.database === 'string' ? `PGlite at ${options.database}` : 'PGlite';
     if (typeof options.database === 'string') {
       this.db = new PGlite(options.database);
       this.ownsDb = true;
@@ -74,6 +77,10 @@ export class PGliteDriver implements Driver {
 
   isTransientError(err: unknown): boolean {
     return isTransientPostgresError(err);
+  }
+
+  explainError(err: unknown): unknown {
+    return explainPostgresError(err, this.schema, this.where);
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {

@@ -1,15 +1,20 @@
 // What the pg and PGlite drivers share: schema quoting and the migration runner.
-import { OptionsError, ReaError } from '../../core/errors.js';
+import { DatabaseError, OptionsError, ReaError } from '../../core/errors.js';
 import type { Queryable } from '../../driver/types.js';
 import { migrationStatements as m } from './sql.js';
 import { migrations } from './migrations/index.js';
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
-export function quoteSchema(schema: string): string {
+/** Throw unless `schema` is a plain lower-case identifier; `field` names where it came from. */
+export function checkSchemaName(schema: string, field = 'schema'): void {
   if (!SCHEMA_NAME.test(schema)) {
-    throw new OptionsError('schema', `'${schema}' is not a plain lower-case identifier (letters, digits, _; at most 63)`);
+    throw new OptionsError(field, `'${schema}' is not a plain lower-case identifier (letters, digits, _; at most 63)`);
   }
+}
+
+export function quoteSchema(schema: string): string {
+  checkSchemaName(schema);
   return `"${schema}"`;
 }
 
@@ -44,9 +49,76 @@ const TRANSIENT_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ET
 
 /** Errors that say nothing about the row being processed: the connection or server is the problem. */
 export function isTransientPostgresError(err: unknown): boolean {
+  if (err instanceof DatabaseError) return err.kind === 'unreachable';
   if (typeof err !== 'object' || err === null) return false;
   const code = String((err as { code?: unknown }).code ?? '');
   if (code.startsWith('08') || TRANSIENT_CODES.has(code) || TRANSIENT_NODE_CODES.has(code)) return true;
   const message = String((err as { message?: unknown }).message ?? '');
   return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable|PGlite is closed/i.test(message);
+}
+
+/**
+ * Refuse a connection string node-postgres would misread. It resolves anything that is not a URL
+ * against a default base, so `notaurl` becomes host "base" and fails later with a name the user
+ * never wrote, and it connects a mysql:// or http:// URL as if it were PostgreSQL. The string
+ * itself is never repeated: it may hold a password.
+ */
+export function checkConnectionString(url: string, field: string): void {
+  const expected = 'expected postgres://user:password@host:port/database (or postgresql://)';
+  if (url.startsWith('/')) return; // a Unix socket directory, as pg accepts it
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new OptionsError(field, `not a valid connection URL (${/^[a-z][a-z0-9+.-]*:\/\//i.test(url) ? 'a malformed host, port or character' : 'no scheme://'}); ${expected}`);
+  }
+  if (!['postgres:', 'postgresql:', 'socket:'].includes(parsed.protocol)) {
+    throw new OptionsError(field, `a ${parsed.protocol}// URL is not PostgreSQL; ${expected}`);
+  }
+}
+
+const REFUSED_CODES = new Set(['28P01', '28000', '3D000']);
+const MISSING_RELATION = /^relation "([^"]+)" does not exist$/;
+
+/**
+ * Name what went wrong when the database cannot be used at all: nothing answering, a refusal
+ * (password, missing database), or rea's tables missing from the schema. `where` describes the
+ * server without its password. Any other error comes back as it was.
+ */
+export function explainPostgresError(err: unknown, schema: string, where: string): unknown {
+  if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
+  const code = String((err as { code?: unknown }).code ?? '');
+  const message = String((err as { message?: unknown }).message ?? '');
+  if (code === '42P01' || code === '3F000') {
+    const relation = MISSING_RELATION.exec(message)?.[1];
+    if (code === '3F000' || relation?.startsWith(`${schema}.`) || relation?.startsWith(`"${schema}".`)) {
+      return new DatabaseError('not-migrated', `rea's tables are not in schema "${schema}" of ${where}: run the migrations first (rea migrate, or bus.migrate()); the database said: ${message}`, { cause: err });
+    }
+    return err;
+  }
+  if (REFUSED_CODES.has(code)) return new DatabaseError('refused', `${where} refused the connection: ${message}`, { cause: err });
+  if (isTransientPostgresError(err)) return new DatabaseError('unreachable', `cannot reach ${where}: ${message || code}`, { cause: err });
+  return err;
+}
+
+/** host:port/database (user) of a connection string, with no password, for messages. */
+export function describeConnection(url: string | undefined, fallback: { host?: string; port?: number; database?: string; user?: string } = {}): string {
+  let host = fallback.host ?? 'localhost';
+  let port = String(fallback.port ?? 5432);
+  let database = fallback.database;
+  let user = fallback.user;
+  if (url && !url.startsWith('/')) {
+    try {
+      const u = new URL(url);
+      host = u.hostname || host;
+      port = u.port || port;
+      database = decodeURIComponent(u.pathname.slice(1)) || database;
+      user = decodeURIComponent(u.username) || user;
+    } catch {
+      // checked when the driver was made; nothing better to say here
+    }
+  } else if (url) {
+    host = url;
+  }
+  return `PostgreSQL at ${host}:${port}${database ? `/${database}` : ''}${user ? ` (user ${user})` : ''}`;
 }

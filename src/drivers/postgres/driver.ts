@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
@@ -38,6 +38,8 @@ export class PostgresDriver implements Driver {
   /** The wake-up connection while no LISTEN connection is open (a process that only records). */
   private notifier: Promise<pg.Client> | undefined;
   private closed = false;
+  /** The server, without its password, for error messages. */
+  private readonly where: string;
   /** rea's own statements, run as named prepared statements. */
   private readonly hot: ReadonlySet<string>;
 
@@ -46,6 +48,7 @@ export class PostgresDriver implements Driver {
     const s = quoteSchema(options.schema);
     this.sql = postgresStatements(s);
     if (typeof options.connection === 'string') {
+      checkConnectionString(options.connection, 'database.postgres');
       this.connectionString = options.connection;
       this.pool = new pg.Pool({ connectionString: options.connection, max: options.poolSize, application_name: 'rea' });
       this.ownsPool = true;
@@ -54,6 +57,8 @@ export class PostgresDriver implements Driver {
       this.ownsPool = false;
     }
     // An idle client that loses its connection must not crash the process.
+    const poolOptions = (this.pool as unknown as { options: pg.PoolConfig }).options;
+    this.where = describeConnection(this.connectionString ?? poolOptions.connectionString, poolOptions as never);
     this.pool.on('error', (err) => options.onError(err, 'pool'));
     // Nor one in use: pg-pool listens only while a client is idle or inside pool.query, and a
     // socket error can still arrive after a query failed (server restart, pg_terminate_backend).
@@ -128,6 +133,10 @@ export class PostgresDriver implements Driver {
 
   isTransientError(err: unknown): boolean {
     return isTransientPostgresError(err);
+  }
+
+  explainError(err: unknown): unknown {
+    return explainPostgresError(err, this.schema, this.where);
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {

@@ -1,0 +1,181 @@
+// What a user who gets something wrong is told: a connection string pg would misread, a database
+// that is down, refusing or not migrated, a mistyped PGlite directory, conflicting or malformed
+// flags. Each is a typed error naming the problem (and the flag), never the password, with exit
+// code 2 for a wrong command line and 1 for a database that cannot be used.
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { main } from '../src/cli/main.js';
+import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
+import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
+
+const SECRET = 's3cretpw';
+const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
+
+/** Run `rea …` in-process; everything it printed (stdout, stderr, commander's own output) and its exit code. */
+async function rea(...args: string[]): Promise<{ text: string; code: number }> {
+  const out: string[] = [];
+  const collect = (...m: unknown[]) => void out.push(m.join(' '));
+  vi.spyOn(console, 'log').mockImplementation(collect);
+  vi.spyOn(console, 'error').mockImplementation(collect);
+  vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => (collect(String(chunk)), true));
+  vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => (collect(String(chunk)), true));
+  const before = process.exitCode;
+  process.exitCode = undefined;
+  try {
+    await main(['node', 'rea', ...args]);
+    return { text: out.join('\n'), code: Number(process.exitCode ?? 0) };
+  } finally {
+    vi.restoreAllMocks();
+    process.exitCode = before;
+  }
+}
+
+afterEach(() => vi.restoreAllMocks());
+
+describe('rea: command-line mistakes', () => {
+  it.each([
+    ['notaurl', /--database-url: not a valid connection URL \(no scheme:\/\/\)/],
+    [`mysql://root:${SECRET}@127.0.0.1/test`, /--database-url: a mysql:\/\/ URL is not PostgreSQL/],
+    [`http://u:${SECRET}@127.0.0.1/`, /--database-url: a http:\/\/ URL is not PostgreSQL/],
+    [`postgres://postgres:${SECRET}@127.0.0.1:abc/x`, /--database-url: not a valid connection URL/],
+  ])('refuses the connection string %s before connecting, naming the flag and not the password', async (url, message) => {
+    const r = await rea('status', '--database-url', url);
+    expect(r.code).toBe(2);
+    expect(r.text).toMatch(message);
+    expect(r.text).toContain('expected postgres://user:password@host:port/database');
+    expect(r.text).not.toContain(SECRET);
+  });
+
+  it('names DATABASE_URL when the bad string came from the environment', async () => {
+    vi.stubEnv('DATABASE_URL', `mysql://root:${SECRET}@127.0.0.1/test`);
+    try {
+      const r = await rea('status');
+      expect(r.code).toBe(2);
+      expect(r.text).toMatch(/invalid option DATABASE_URL: a mysql:\/\/ URL is not PostgreSQL/);
+      expect(r.text).not.toContain(SECRET);
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
+  it('a PGlite directory that holds no database is an error for every command but migrate, and creates nothing', async () => {
+    const dir = join(tmpdir(), `rea-typo-${process.pid}-${Date.now()}`);
+    const r = await rea('status', '--pglite', dir);
+    expect(r.code).toBe(2);
+    expect(r.text).toContain(`invalid option --pglite: ${dir} holds no PGlite database (rea migrate --pglite ${dir} creates one)`);
+    expect(existsSync(dir)).toBe(false);
+  });
+
+  it('--database-url and --pglite together are refused rather than one silently winning', async () => {
+    const r = await rea('status', '--database-url', PG_URL, '--pglite', tmpdir());
+    expect(r.code).toBe(2);
+    expect(r.text).toContain('invalid option --pglite: give --database-url or --pglite, not both');
+  });
+
+  it('malformed flags name the flag: --schema, --limit, --state, --grace-ms, an endpoint id, empty --events', async () => {
+    const db = ['--database-url', PG_URL];
+    const id = '0190a8f2-0000-7000-8000-000000000000';
+    const cases: [string[], RegExp][] = [
+      [['status', ...db, '--schema', 'Other'], /invalid option --schema: 'Other' is not a plain lower-case identifier/],
+      [['endpoints', 'attempts', id, ...db, '--limit', 'abc'], /option '--limit <n>' argument 'abc' is invalid\. must be a whole number from 1 to 1000/],
+      [['endpoints', 'rotate', id, ...db, '--grace-ms', '-5'], /option '--grace-ms <ms>' argument '-5' is invalid\. must be a whole number ≥ 0/],
+      [['endpoints', 'list', ...db, '--state', 'bogus'], /invalid option --state: must be one of enabled, failing, disabled, got 'bogus'/],
+      [['endpoints', 'enable', 'notauuid', ...db], /notauuid is not an endpoint id \(a UUID/],
+      [['endpoints', 'add', 'https://example.com/hook', ...db, '--events', ' , '], /invalid option --events: give at least one event type or pattern/],
+      [['run', 'x.js', '--stop-timeout', 'soon'], /option '--stop-timeout <ms>' argument 'soon' is invalid/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await rea(...args);
+      expect({ args, code: r.code }).toEqual({ args, code: 2 });
+      expect(r.text).toMatch(message);
+    }
+  });
+
+  it('events requeue with neither ids nor --poisoned is a usage error, not "requeued 0 events"', async () => {
+    const r = await rea('events', 'requeue', '--database-url', PG_URL);
+    expect(r.code).toBe(2);
+    expect(r.text).toContain('give event ids or --poisoned');
+    expect(r.text).not.toContain('requeued');
+  });
+
+  it('unknown commands and options exit 2 like rea\'s own usage errors; --version prints the version', async () => {
+    expect((await rea('bogus')).code).toBe(2);
+    expect((await rea('status', '--bogus')).code).toBe(2);
+    const { version } = (await import('../package.json', { with: { type: 'json' } })).default;
+    const v = await rea('--version');
+    expect(v.code).toBe(0);
+    expect(v.text.trim()).toBe(version);
+  });
+
+  it('createBus refuses a connection string pg would misread, with a typed error naming database.postgres', () => {
+    for (const bad of ['notaurl', `mysql://root:${SECRET}@127.0.0.1/test`]) {
+      let caught: unknown;
+      try {
+        createBus({ database: { postgres: bad }, events });
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).toBeInstanceOf(OptionsError);
+      expect((caught as OptionsError).field).toBe('database.postgres');
+      expect((caught as Error).message).not.toContain(SECRET);
+    }
+  });
+});
+
+describe('a database that cannot be used', () => {
+  it('unreachable: the CLI exits 1 naming the server without its password; the library throws DatabaseError', async () => {
+    const url = `postgres://postgres:${SECRET}@127.0.0.1:1/shop`;
+    const r = await rea('status', '--database-url', url);
+    expect(r.code).toBe(1);
+    expect(r.text).toMatch(/^rea: cannot reach PostgreSQL at 127\.0\.0\.1:1\/shop \(user postgres\): .*ECONNREFUSED/m);
+    expect(r.text).not.toContain(SECRET);
+
+    const bus = createBus({ database: { postgres: url, poolSize: 1 }, events });
+    try {
+      const err = await bus.migrate().then(() => null, (e: unknown) => e);
+      expect(err).toBeInstanceOf(DatabaseError);
+      expect(err).toBeInstanceOf(ReaError);
+      expect(err).toMatchObject({ code: 'ERR_DATABASE', kind: 'unreachable' });
+      expect((err as Error).message).not.toContain(SECRET);
+      expect(bus.driver.isTransientError(err)).toBe(true); // rea run keeps waiting for it
+    } finally {
+      await bus.stop();
+    }
+  });
+
+  it.skipIf(!postgresTarget.available)('refused: a database that does not exist is named, and is not worth waiting for', async () => {
+    const url = new URL(PG_URL);
+    url.pathname = '/rea_no_such_database';
+    const r = await rea('status', '--database-url', url.toString());
+    expect(r.code).toBe(1);
+    expect(r.text).toMatch(/rea: PostgreSQL at .*\/rea_no_such_database .*refused the connection: database "rea_no_such_database" does not exist/);
+    const bus = createBus({ database: { postgres: url.toString(), poolSize: 1 }, events });
+    try {
+      const err = await bus.migrate().then(() => null, (e: unknown) => e);
+      expect(err).toMatchObject({ code: 'ERR_DATABASE', kind: 'refused' });
+      expect(bus.driver.isTransientError(err)).toBe(false);
+    } finally {
+      await bus.stop();
+    }
+  });
+
+  it.skipIf(!postgresTarget.available)('not migrated: status, overview() and start() say to run the migrations', async () => {
+    const schema = freshSchema();
+    const r = await rea('status', '--database-url', PG_URL, '--schema', schema);
+    expect(r.code).toBe(1);
+    expect(r.text).toContain(`rea: rea's tables are not in schema "${schema}" of PostgreSQL at`);
+    expect(r.text).toContain('run the migrations first (rea migrate, or bus.migrate())');
+
+    const bus = createBus({ database: { postgres: PG_URL, poolSize: 1 }, events, schema });
+    bus.on('note.saved', 'noop', () => {});
+    try {
+      await expect(bus.overview()).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'not-migrated' });
+      await expect(bus.start()).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'not-migrated' });
+    } finally {
+      await bus.stop();
+    }
+  });
+});
