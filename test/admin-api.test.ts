@@ -1,9 +1,9 @@
 // The admin HTTP API on node:http and Express: authentication (401s), cross-site refusal (403s),
 // 400s naming the parameter, and every action's effect in the database, on PGlite and PostgreSQL.
 import express from 'express';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
-import { AdminCredentialsMissingError, createAdminHandler, defineEvents, type Bus } from '../src/index.js';
+import { AdminCredentialsMissingError, createAdminHandler, createBus, defineEvents, type Bus } from '../src/index.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
 import { targets, testBus, type Target } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
@@ -51,6 +51,27 @@ describe('createAdminHandler options', () => {
       if (saved === undefined) delete process.env.REA_ADMIN_TOKEN;
       else process.env.REA_ADMIN_TOKEN = saved;
     }
+  });
+});
+
+describe('admin API when the database cannot be used', () => {
+  it('answers 503 with what is wrong, never the server, user or password; the process log names it', async () => {
+    const bus = createBus({
+      database: { postgres: 'postgres://ops:s3cretpw@127.0.0.1:1/shop', poolSize: 1 },
+      events,
+      logger: { debug() {}, info() {}, warn() {}, error() {}, child() { return this; } },
+    });
+    onTestFinished(() => bus.stop());
+    const logged: string[] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m.join(' ')));
+    onTestFinished(() => spy.mockRestore());
+    const s = await serve(createAdminHandler(bus as never, { auth: { token: TOKEN } }));
+    const r = await call(s.url, 'GET', '/api/overview', { headers: bearer(TOKEN) });
+    expect(r.status).toBe(503);
+    expect(r.json).toEqual({ error: { code: 'ERR_DATABASE', message: 'the database does not answer; try again shortly' } });
+    expect(r.text).not.toMatch(/s3cretpw|127\.0\.0\.1:1|ops|shop/);
+    expect(logged.join('\n')).toMatch(/rea admin: request failed: cannot reach PostgreSQL at 127\.0\.0\.1:1\/shop \(user ops\)/);
+    expect(logged.join('\n')).not.toContain('s3cretpw');
   });
 });
 

@@ -4,7 +4,7 @@
 // errors to JSON.
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { OptionsError, ReaError } from '../core/errors.js';
+import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { Authenticator, isLoopbackAddress, isLoopbackHost, parseCookies, requestOrigin, resolveAuth, SESSION_COOKIE, type AdminAuth, type Principal } from './auth.js';
 import { errorResponse, forbidden, HttpError, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
 import { layout, html, type PageContext } from './html.js';
@@ -113,8 +113,10 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
       return send(res, result, wantsForm ? returnPath(body, base) : null);
     } catch (err) {
       // Expected refusals (HttpError, rea's typed errors) are the client's business; anything
-      // else is a bug or an outage the operator should see, while the client gets no internals.
-      if (!(err instanceof HttpError) && !(err instanceof ReaError)) console.error('rea admin: request failed', err);
+      // else is a bug or an outage (a DatabaseError too) the operator should see, while the
+      // client gets no internals.
+      if (err instanceof DatabaseError) console.error(`rea admin: request failed: ${err.message}`);
+      else if (!(err instanceof HttpError) && !(err instanceof ReaError)) console.error('rea admin: request failed', err);
       const { status, body } = errorResponse(err);
       if (status === 401) res.setHeader('WWW-Authenticate', 'Bearer realm="rea admin"');
       if (route.kind === 'page' && !wantsForm) {

@@ -1,7 +1,7 @@
 // Small HTTP plumbing for the admin handler: bounded body reading (JSON or HTML form), typed
 // request errors that become JSON error responses, and the security headers every response gets.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ReaError } from '../core/errors.js';
+import { DatabaseError, ReaError } from '../core/errors.js';
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
@@ -87,10 +87,20 @@ export function redirect(res: ServerResponse, location: string): void {
   res.end();
 }
 
+const DATABASE_PROBLEM: Record<DatabaseError['kind'], string> = {
+  'unreachable': 'the database does not answer; try again shortly',
+  'refused': 'the database refused rea\'s connection',
+  'not-migrated': "rea's tables are not in this schema yet: run the migrations",
+};
+
 /** Map anything a route throws to a status and a JSON error body; internals never leak. */
 export function errorResponse(err: unknown): { status: number; body: { error: { code: string; message: string; parameter?: string } } } {
   if (err instanceof HttpError) {
     return { status: err.status, body: { error: { code: err.code, message: err.message, ...(err.parameter ? { parameter: err.parameter } : {}) } } };
+  }
+  if (err instanceof DatabaseError) {
+    // Which server and user is the operator's business (the process log has it), not the API's.
+    return { status: 503, body: { error: { code: err.code, message: DATABASE_PROBLEM[err.kind] } } };
   }
   if (err instanceof ReaError) {
     const parameter = (err as { parameter?: string; field?: string }).parameter ?? (err as { field?: string }).field;
