@@ -6,7 +6,7 @@ import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
-import { BusStateError, DuplicateHandlerError, InvalidFilterError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
+import { BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
 import {
   patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes,
   type PayloadInput, type ReaEvent,
@@ -297,15 +297,24 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     };
   }
 
+  /** Rejects with the driver's DatabaseError when the database cannot be used at all (down, refusing, not migrated). */
+  const explained = <T>(work: Promise<T>): Promise<T> => work.catch((err: unknown) => Promise.reject(driver.explainError(err)));
+  /**
+   * In the caller's transaction only a missing events table is rea's to explain: a lost
+   * connection there is the application's error, with the code its own retry logic looks for.
+   */
+  const rejectNotMigrated = (err: unknown): never => {
+    const explainedErr = driver.explainError(err);
+    throw explainedErr instanceof DatabaseError && explainedErr.kind === 'not-migrated' ? explainedErr : err;
+  };
+
   const recordInto = async (tx: unknown, rows: EventInsert[]) => {
     const q = driver.unwrapTransaction(tx);
     // In bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
-    if (!(isReaTransaction(tx) && deferInto(tx, rows))) await driver.executor.eventInsertMany(q, rows);
+    if (!(isReaTransaction(tx) && deferInto(tx, rows))) await driver.executor.eventInsertMany(q, rows).catch(rejectNotMigrated);
     if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
   };
 
-  /** Rejects with the driver's DatabaseError when the database cannot be used at all (down, refusing, not migrated). */
-  const explained = <T>(work: Promise<T>): Promise<T> => work.catch((err: unknown) => Promise.reject(driver.explainError(err)));
 
   const bus: Bus<S> = {
     schema,
@@ -376,7 +385,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           txState.open = false;
           recorded = tx.recorded;
         }
-      }, { pendingEvents: () => txState.pending?.splice(0) ?? [] });
+      }, { pendingEvents: () => txState.pending?.splice(0) ?? [] }).catch(rejectNotMigrated);
       if (recorded > 0) {
         lifecycle.emit('transaction:committed', { events: recorded });
         bus.wake();

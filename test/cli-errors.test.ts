@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
@@ -175,6 +176,32 @@ describe('a database that cannot be used', () => {
       await expect(bus.overview()).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'not-migrated' });
       await expect(bus.start()).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'not-migrated' });
     } finally {
+      await bus.stop();
+    }
+  });
+
+  it.skipIf(!postgresTarget.available)('not migrated: record() says so, in bus.transaction and on the caller\'s client, and the business write rolls back', async () => {
+    const schema = freshSchema();
+    const bus = createBus({ database: { postgres: PG_URL, poolSize: 2 }, events, schema });
+    const client = new pg.Client({ connectionString: PG_URL });
+    await client.connect();
+    try {
+      await client.query(`create schema ${schema}_app; create table ${schema}_app.notes (n int)`);
+      const inBusTx = bus.transaction(async (tx) => {
+        await tx.query(`insert into ${schema}_app.notes values (1)`);
+        await bus.record(tx, 'note.saved', { n: 1 });
+      });
+      await expect(inBusTx).rejects.toBeInstanceOf(DatabaseError);
+      await expect(inBusTx).rejects.toMatchObject({ kind: 'not-migrated', message: expect.stringContaining(`schema "${schema}"`) });
+
+      await client.query('begin');
+      await client.query(`insert into ${schema}_app.notes values (2)`);
+      await expect(bus.record(client, 'note.saved', { n: 2 })).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'not-migrated' });
+      await client.query('rollback');
+      expect((await client.query(`select count(*)::int as n from ${schema}_app.notes`)).rows).toEqual([{ n: 0 }]);
+    } finally {
+      await client.query(`drop schema if exists ${schema}_app cascade`);
+      await client.end();
       await bus.stop();
     }
   });
