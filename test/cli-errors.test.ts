@@ -70,6 +70,18 @@ describe('rea: command-line mistakes', () => {
     expect(existsSync(dir)).toBe(false);
   });
 
+  it('with --json the error is JSON too: code, message and the flag at fault', async () => {
+    const r = await rea('status', '--json', '--database-url', `mysql://root:${SECRET}@127.0.0.1/test`);
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.text)).toEqual({
+      error: { code: 'ERR_OPTIONS', field: '--database-url', message: expect.stringContaining('a mysql:// URL is not PostgreSQL') },
+    });
+    expect(r.text).not.toContain(SECRET);
+    const down = await rea('status', '--json', '--database-url', 'postgres://postgres@127.0.0.1:1/x');
+    expect(down.code).toBe(1);
+    expect(JSON.parse(down.text).error).toMatchObject({ code: 'ERR_DATABASE', message: expect.stringMatching(/^cannot reach PostgreSQL at 127\.0\.0\.1:1\/x/) });
+  });
+
   it('--database-url and --pglite together are refused rather than one silently winning', async () => {
     const r = await rea('status', '--database-url', PG_URL, '--pglite', tmpdir());
     expect(r.code).toBe(2);

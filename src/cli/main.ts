@@ -53,7 +53,9 @@ export async function main(argv: string[]): Promise<void> {
       return;
     }
     if (err instanceof ReaError) {
-      console.error(`rea: ${err.message}`);
+      // A script that asked for --json gets the error as JSON too (on stderr, like the text).
+      const field = (err as { field?: string }).field;
+      console.error(argv.includes('--json') ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
       process.exitCode = err.code === 'ERR_DATABASE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
