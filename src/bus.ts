@@ -315,7 +315,6 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
   };
 
-
   const bus: Bus<S> = {
     schema,
     driver,

@@ -104,7 +104,7 @@ export function errorResponse(err: unknown): { status: number; body: { error: { 
   }
   if (err instanceof ReaError) {
     const parameter = (err as { parameter?: string; field?: string }).parameter ?? (err as { field?: string }).field;
-    const status = err.code === 'ERR_NOT_FOUND' ? 404 : err.code === 'ERR_DATABASE' ? 503 : 400;
+    const status = err.code === 'ERR_NOT_FOUND' ? 404 : 400;
     return { status, body: { error: { code: err.code, message: err.message, ...(parameter ? { parameter } : {}) } } };
   }
   return { status: 500, body: { error: { code: 'ERR_INTERNAL', message: 'internal error (see the server log)' } } };

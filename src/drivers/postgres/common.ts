@@ -47,12 +47,20 @@ export function notifyChannel(schema: string): string {
 const TRANSIENT_CODES = new Set(['40001', '40P01', '53300', '53400', '55P03', '57014', '57P01', '57P02', '57P03', '58000', '58030']);
 const TRANSIENT_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH']);
 
+/** Server codes that mean no usable connection: shutting down, crashed, starting up, full. */
+const CONNECTION_CODES = new Set(['53300', '57P01', '57P02', '57P03']);
+
 /** Errors that say nothing about the row being processed: the connection or server is the problem. */
 export function isTransientPostgresError(err: unknown): boolean {
   if (err instanceof DatabaseError) return err.kind === 'unreachable';
   if (typeof err !== 'object' || err === null) return false;
+  return isConnectionError(err) || TRANSIENT_CODES.has(String((err as { code?: unknown }).code ?? ''));
+}
+
+/** No connection to the server, or it was lost (not a deadlock or a cancelled statement). */
+function isConnectionError(err: object): boolean {
   const code = String((err as { code?: unknown }).code ?? '');
-  if (code.startsWith('08') || TRANSIENT_CODES.has(code) || TRANSIENT_NODE_CODES.has(code)) return true;
+  if (code.startsWith('08') || CONNECTION_CODES.has(code) || TRANSIENT_NODE_CODES.has(code)) return true;
   const message = String((err as { message?: unknown }).message ?? '');
   return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable|PGlite is closed/i.test(message);
 }
@@ -97,7 +105,7 @@ export function explainPostgresError(err: unknown, schema: string, where: string
     return err;
   }
   if (REFUSED_CODES.has(code)) return new DatabaseError('refused', `${where} refused the connection: ${message}`, { cause: err });
-  if (isTransientPostgresError(err)) return new DatabaseError('unreachable', `cannot reach ${where}: ${message || code}`, { cause: err });
+  if (isConnectionError(err)) return new DatabaseError('unreachable', `cannot reach ${where}: ${message || code}`, { cause: err });
   return err;
 }
 
