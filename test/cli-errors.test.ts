@@ -159,6 +159,18 @@ describe('a database that cannot be used', () => {
     }
   });
 
+  it('a deadlock, a serialization failure or a cancelled statement stays what it is: the database was reached', () => {
+    const bus = createBus({ database: { postgres: 'postgres://postgres@127.0.0.1:1/shop', poolSize: 1 }, events });
+    for (const code of ['40P01', '40001', '57014', '55P03']) {
+      const err = Object.assign(new Error(`server said ${code}`), { code });
+      expect(bus.driver.explainError(err)).toBe(err);
+      expect(bus.driver.isTransientError(err)).toBe(true); // still retried by the relay and workers
+    }
+    const lost = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
+    expect(bus.driver.explainError(lost)).toMatchObject({ code: 'ERR_DATABASE', kind: 'unreachable', cause: lost });
+    return bus.stop();
+  });
+
   it.skipIf(!postgresTarget.available)('refused: a database that does not exist is named, and is not worth waiting for', async () => {
     const url = new URL(PG_URL);
     url.pathname = '/rea_no_such_database';
