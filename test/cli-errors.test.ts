@@ -99,6 +99,7 @@ describe('rea: command-line mistakes', () => {
       [['endpoints', 'enable', 'notauuid', ...db], /notauuid is not an endpoint id \(a UUID/],
       [['endpoints', 'add', 'https://example.com/hook', ...db, '--events', ' , '], /invalid option --events: give at least one event type or pattern/],
       [['run', 'x.js', '--stop-timeout', 'soon'], /option '--stop-timeout <ms>' argument 'soon' is invalid/],
+      [['panel', ...db, '--no-auth', '--port', ' '], /invalid option --port: must be a port number from 0 to 65535 \(0 picks a free one\), got ' '/],
     ];
     for (const [args, message] of cases) {
       const r = await rea(...args);

@@ -10,6 +10,7 @@ import { Command } from 'commander';
 import { z } from 'zod';
 import { createBus } from '../bus.js';
 import { OptionsError } from '../core/errors.js';
+import { checkPort, checkWholeNumber } from './settings.js';
 import { defineEvents } from '../core/events.js';
 import { pino } from 'pino';
 import type { Logger } from '../core/logger.js';
@@ -55,24 +56,11 @@ const MIN_RATE = 0.01;
 const MAX_RATE = 10_000;
 const PANEL_HOST = '127.0.0.1';
 
-/** `raw` as a whole number ≥ `min` (a string must be plain digits), or an OptionsError naming `field`. */
-function wholeNumber(field: string, raw: string | number, min: number): number {
-  const n = typeof raw === 'number' ? raw : /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
-  if (!Number.isSafeInteger(n) || n < min) throw new OptionsError(field, `must be a whole number ≥ ${min}, got '${raw}'`);
-  return n;
-}
-
 function rate(field: string, raw: string | number): number {
   const n = typeof raw === 'number' ? raw : /^(\d+(\.\d*)?|\.\d+)$/.test(raw.trim()) ? Number(raw) : Number.NaN;
   if (!Number.isFinite(n) || n < MIN_RATE || n > MAX_RATE) {
     throw new OptionsError(field, `must be a number of orders per second from ${MIN_RATE} to ${MAX_RATE}, got '${raw}'`);
   }
-  return n;
-}
-
-function port(field: string, raw: string | number): number {
-  const n = typeof raw === 'number' ? raw : /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new OptionsError(field, `must be a port number from 0 to 65535 (0 picks a free one), got '${raw}'`);
   return n;
 }
 
@@ -106,9 +94,9 @@ export async function runDemo(options: {
   whileRunning?: (bus: AdminBus, panelUrl: string) => Promise<void>;
 }): Promise<DemoSummary> {
   // Everything that can be refused is refused before anything starts.
-  const orders = wholeNumber('orders', options.orders, 1);
+  const orders = checkWholeNumber('orders', options.orders, 1);
   const gap = 1000 / rate('ratePerSecond', options.ratePerSecond);
-  const panelPort = port('panelPort', options.panelPort ?? 8787);
+  const panelPort = checkPort('panelPort', options.panelPort ?? 8787);
   // The panel's port is held from here until the panel takes it over (0: any free port will do).
   let reserved = options.keepRunning && panelPort !== 0 ? await reservePort(panelPort) : undefined;
   const release = async () => {
@@ -339,9 +327,9 @@ export function demoCommand(): Command {
     .option('--panel-port <n>', 'port of the admin panel while --keep-running', '8787')
     .action(async (flags: { orders: string; rate: string; keepRunning?: boolean; panelPort: string }) => {
       // Checked before anything starts; a bad value is a usage error naming its flag (exit 2).
-      const orders = wholeNumber('--orders', flags.orders, 1);
+      const orders = checkWholeNumber('--orders', flags.orders, 1);
       const ratePerSecond = rate('--rate', flags.rate);
-      const panelPort = port('--panel-port', flags.panelPort);
+      const panelPort = checkPort('--panel-port', flags.panelPort);
       await runDemo({ orders, ratePerSecond, keepRunning: flags.keepRunning, panelPort });
     });
 }

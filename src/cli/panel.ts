@@ -7,7 +7,7 @@ import { isLoopbackHost, type AdminAuth } from '../admin/auth.js';
 import type { AdminBus } from '../admin/route.js';
 import { OptionsError } from '../core/errors.js';
 import { adminBus } from './admin-bus.js';
-import { addConnectionFlags, type ConnectionFlags } from './settings.js';
+import { addConnectionFlags, checkPort, type ConnectionFlags } from './settings.js';
 
 export interface PanelFlags extends ConnectionFlags {
   port: string;
@@ -34,8 +34,7 @@ export function panelCommand(): Command {
 }
 
 export async function startPanel(flags: PanelFlags): Promise<{ url: string; close: () => Promise<void> }> {
-  const port = Number(flags.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new OptionsError('--port', 'must be a port number (0–65535)');
+  const port = checkPort('--port', flags.port);
   const noAuth = flags.auth === false;
   // A panel without credentials on a reachable address would hand the repair buttons to anyone.
   if (noAuth && !isLoopbackHost(flags.host)) throw new OptionsError('--host', `--no-auth only binds a loopback address (127.0.0.1, ::1, localhost), not ${flags.host}`);

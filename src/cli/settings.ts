@@ -69,3 +69,17 @@ export function wholeNumber(min: number, max = Number.MAX_SAFE_INTEGER): (value:
     return n;
   };
 }
+
+/** `raw` (a flag's text, or a number from code) as a whole number ≥ `min`, or an OptionsError naming `field`. */
+export function checkWholeNumber(field: string, raw: string | number, min: number): number {
+  const n = typeof raw === 'number' ? raw : /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min) throw new OptionsError(field, `must be a whole number ≥ ${min}, got '${raw}'`);
+  return n;
+}
+
+/** `raw` as a TCP port (0 picks a free one), or an OptionsError naming `field`. */
+export function checkPort(field: string, raw: string | number): number {
+  const n = typeof raw === 'number' ? raw : /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new OptionsError(field, `must be a port number from 0 to 65535 (0 picks a free one), got '${raw}'`);
+  return n;
+}
