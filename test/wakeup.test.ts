@@ -135,6 +135,41 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
     expect(got.length).toBeLessThanOrEqual(4);
   });
 
+  it('a wake-up in flight when the LISTEN connection comes up (and retires the wake-up connection) still goes out', async () => {
+    const other = new pg.Client({ connectionString: PG_URL });
+    await other.connect();
+    onTestFinished(() => other.end());
+    await other.query('LISTEN rea_wake_handover');
+    const got = new Set<string>();
+    other.on('notification', (m) => got.add(m.payload ?? ''));
+
+    // Each round: a process that recorded first (so it has a wake-up connection) starts listening
+    // while wake-ups keep going out. Before the fix, nearly every round lost one to "Connection terminated".
+    const errors: string[] = [];
+    const sent: string[] = [];
+    for (let round = 0; round < 10; round++) {
+      const driver = new PostgresDriver({ connection: PG_URL, schema: freshSchema(), poolSize: 1, onError: () => {} });
+      await driver.notify('rea_wake_handover', `r${round}-first`);
+      sent.push(`r${round}-first`);
+      const listening = driver.listen('rea_wake_handover', () => {});
+      const sends: Promise<void>[] = [];
+      for (let k = 0; k < 20; k++) {
+        sent.push(`r${round}-${k}`);
+        sends.push(driver.notify('rea_wake_handover', `r${round}-${k}`).catch((err: Error) => void errors.push(err.message)));
+        await new Promise((r) => setImmediate(r));
+      }
+      await listening;
+      await Promise.all(sends);
+      await driver.close();
+    }
+    expect(errors).toEqual([]);
+    // Every wake-up reached the other session (NOTIFY is delivered in commit order, so a last one
+    // sent on a fresh connection settles the wait).
+    await other.query(`select pg_notify('rea_wake_handover', 'end')`);
+    await new Promise<void>((resolve) => (got.has('end') ? resolve() : other.on('notification', (m) => m.payload === 'end' && resolve())));
+    expect(sent.filter((p) => !got.has(p))).toEqual([]);
+  });
+
   it('a process is not woken by its own wake-ups, only by other sessions\' ones', async () => {
     const schema = freshSchema();
     const driver = new PostgresDriver({ connection: PG_URL, schema, poolSize: 2, onError: () => {} });

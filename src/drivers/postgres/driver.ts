@@ -217,21 +217,29 @@ export class PostgresDriver implements Driver {
 
   private async sendNotify(channel: string, payload: string): Promise<void> {
     const text = wakeupNotify(pg.escapeLiteral(channel), pg.escapeLiteral(payload));
-    const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
-    if (listening) {
-      try {
-        await listening.query(text);
-        return;
-      } catch {
-        // The listen connection just failed (its error handler reconnects it); use the notifier.
-      }
-    }
+    if (await this.notifyOnListener(text)) return;
     if (this.closed) return;
+    const used = this.notifier ?? this.connectNotifier();
     try {
-      const notifier = await (this.notifier ?? this.connectNotifier());
-      await notifier.query(text);
+      await (await used).query(text);
     } catch (err) {
-      if (!this.closed) throw err; // a wake-up cut short by close() is no failure
+      if (this.closed) return; // a wake-up cut short by close() is no failure
+      // A LISTEN connection that came up while this wake-up was in flight retires the notifier
+      // (closeNotifier ends it under the query): send it there instead.
+      if (this.notifier !== used && (await this.notifyOnListener(text))) return;
+      throw err;
+    }
+  }
+
+  /** Sends on a LISTEN connection when there is one; false when there is none or it just failed. */
+  private async notifyOnListener(text: string): Promise<boolean> {
+    const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
+    if (!listening) return false;
+    try {
+      await listening.query(text);
+      return true;
+    } catch {
+      return false; // the listen connection just failed (its error handler reconnects it)
     }
   }
 
