@@ -28,7 +28,20 @@ export class JobAbort {
     if (this.aborted) return Promise.reject(this.reason);
     return new Promise<T>((resolve, reject) => {
       this.rejectRace = reject;
-      work.then(resolve, reject);
+      // Once settled, a later abort has nothing to reject: drop the reference (and what it holds).
+      const settle = (): void => {
+        this.rejectRace = undefined;
+      };
+      work.then(
+        (value) => {
+          settle();
+          resolve(value);
+        },
+        (err: unknown) => {
+          settle();
+          reject(err);
+        },
+      );
     });
   }
 }
