@@ -82,6 +82,19 @@ describe('rea: command-line mistakes', () => {
     expect(JSON.parse(down.text).error).toMatchObject({ code: 'ERR_DATABASE', message: expect.stringMatching(/^cannot reach PostgreSQL at 127\.0\.0\.1:1\/x/) });
   });
 
+  it('with --json, commander\'s own usage errors are JSON too (and nothing else is printed)', async () => {
+    const unknown = await rea('status', '--json', '--colour');
+    expect(unknown.code).toBe(2);
+    expect(JSON.parse(unknown.text)).toEqual({ error: { code: 'ERR_USAGE', message: "unknown option '--colour'" } });
+    const bad = await rea('endpoints', 'attempts', '0190a8f2-0000-7000-8000-000000000000', '--json', '--limit', 'abc');
+    expect(bad.code).toBe(2);
+    expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 1000") });
+    // Without --json the text stays as it was, with the help after it.
+    const text = await rea('status', '--colour');
+    expect(text.text).toContain("error: unknown option '--colour'");
+    expect(text.text).toContain('Usage: rea status');
+  });
+
   it('--database-url and --pglite together are refused rather than one silently winning', async () => {
     const r = await rea('status', '--database-url', PG_URL, '--pglite', tmpdir());
     expect(r.code).toBe(2);

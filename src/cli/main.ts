@@ -19,7 +19,8 @@ export const EXIT_USAGE = 2;
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
-export function program(): Command {
+/** The command tree. With `json`, commander's own usage errors are not printed: main() prints them as JSON. */
+export function program(options: { json?: boolean } = {}): Command {
   const root = new Command('rea')
     .description('rea: a transactional-outbox event bus')
     .version(version, '-V, --version', 'print the version')
@@ -36,7 +37,9 @@ export function program(): Command {
   // Commander prints its own usage errors; throwing instead of exiting lets main() give them the
   // same exit code as rea's. Subcommands added with addCommand do not inherit this, so set it on each.
   const configure = (cmd: Command) => {
-    cmd.exitOverride().showHelpAfterError();
+    cmd.exitOverride();
+    if (options.json) cmd.configureOutput({ outputError: () => {} });
+    else cmd.showHelpAfterError();
     cmd.commands.forEach(configure);
   };
   configure(root);
@@ -44,18 +47,20 @@ export function program(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // A script that asked for --json gets every error as JSON too (on stderr, like the text).
+  const json = argv.includes('--json');
   try {
-    await program().parseAsync(argv);
+    await program({ json }).parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {
-      // Already printed by commander; --help and --version end here too, successfully.
+      // Printed by commander unless --json; --help and --version end here too, successfully.
       process.exitCode = err.exitCode === 0 ? 0 : EXIT_USAGE;
+      if (json && err.exitCode !== 0) console.error(JSON.stringify({ error: { code: 'ERR_USAGE', message: err.message.replace(/^error: /, '') } }));
       return;
     }
     if (err instanceof ReaError) {
-      // A script that asked for --json gets the error as JSON too (on stderr, like the text).
       const field = (err as { field?: string }).field;
-      console.error(argv.includes('--json') ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
+      console.error(json ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
       process.exitCode = err.code === 'ERR_DATABASE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
