@@ -3,17 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents, type Logger } from '../src/index.js';
 import { freshSchema, targets, testBus } from './helpers/db.js';
+import { captureLogger } from './helpers/log.js';
 import { counter } from './helpers/signals.js';
 
 const events = defineEvents({ 'job.requested': z.object({ n: z.number() }) });
-
-function captureLogger(lines: Record<string, unknown>[], bindings: Record<string, unknown> = {}): Logger {
-  const write = (level: string) => (obj: object, msg?: string) => lines.push({ level, ...bindings, ...obj, msg });
-  return {
-    debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error'),
-    child: (b) => captureLogger(lines, { ...bindings, ...b }),
-  };
-}
 
 describe.each(targets)('leader and workers on $name', (target) => {
   const test = it.skipIf(!target.available);

@@ -1,11 +1,19 @@
 // Collects items and writes them in one statement per short window, so completing N jobs costs
-// one round trip instead of N. A failed write keeps its items and tries again.
+// one round trip instead of N. A failed write keeps its items and tries again (with `isolate`, except
+// an item the database refuses on its own).
 
 export interface BatcherOptions<T> {
   flushMs: number;
   maxBatch: number;
   write: (items: T[]) => Promise<void>;
   onError: (err: unknown, items: T[]) => void;
+  /**
+   * For items that can be refused on their own merits (a value the database will not store).
+   * When a write fails with an error that is not transient, the items are written one at a time
+   * and each one refused alone goes to `onRefused` instead of back into the queue, so one bad
+   * item cannot hold back every later one. Transient errors (the database is away) keep all items.
+   */
+  isolate?: { isTransient: (err: unknown) => boolean; onRefused: (item: T, err: unknown) => void };
 }
 
 export class Batcher<T> {
@@ -41,9 +49,15 @@ export class Batcher<T> {
         await this.options.write(batch);
         this.retryDelayMs = 0;
       } catch (err) {
-        this.items.unshift(...batch);
+        const { isolate } = this.options;
+        const kept = isolate && !isolate.isTransient(err) ? await this.oneByOne(batch, err, isolate) : batch;
+        if (kept.length === 0) {
+          this.retryDelayMs = 0;
+          return;
+        }
+        this.items.unshift(...kept);
         this.retryDelayMs = Math.min(5000, Math.max(50, this.retryDelayMs * 2));
-        this.options.onError(err, batch);
+        this.options.onError(err, kept);
       }
     })();
     await this.flushing;
@@ -51,6 +65,23 @@ export class Batcher<T> {
     if (this.items.length > 0 && !this.timer) {
       this.timer = setTimeout(() => void this.flush(), this.retryDelayMs || this.options.flushMs);
     }
+  }
+
+  /** Writes `batch` item by item after `err` refused it whole; returns what must be tried again. */
+  private async oneByOne(batch: T[], err: unknown, isolate: NonNullable<BatcherOptions<T>['isolate']>): Promise<T[]> {
+    if (batch.length === 1) {
+      isolate.onRefused(batch[0]!, err);
+      return [];
+    }
+    for (let i = 0; i < batch.length; i++) {
+      try {
+        await this.options.write([batch[i]!]);
+      } catch (itemErr) {
+        if (isolate.isTransient(itemErr)) return batch.slice(i); // the database went away meanwhile
+        isolate.onRefused(batch[i]!, itemErr);
+      }
+    }
+    return [];
   }
 
   /** Flush until empty, giving up after `deadlineMs` (the database may be gone). */

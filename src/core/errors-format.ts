@@ -2,6 +2,7 @@
 
 const MAX_MESSAGE = 2000;
 const MAX_STACK = 4000;
+const MAX_NAME = 200;
 
 export function errorMessage(err: unknown): string {
   if (err instanceof Error) return truncate(err.message || err.name, MAX_MESSAGE);
@@ -15,7 +16,7 @@ export function errorMessage(err: unknown): string {
 }
 
 export function errorName(err: unknown): string {
-  if (err instanceof Error) return err.name;
+  if (err instanceof Error) return truncate(String(err.name), MAX_NAME);
   return typeof err;
 }
 
@@ -23,6 +24,19 @@ export function errorStack(err: unknown): string | undefined {
   return err instanceof Error && err.stack ? truncate(err.stack, MAX_STACK) : undefined;
 }
 
-function truncate(s: string, max: number): string {
-  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+/**
+ * Text PostgreSQL can store in a text or jsonb column: no NUL character (text cannot hold one,
+ * jsonb refuses \u0000) and no lone UTF-16 surrogate (not valid UTF-8). Both become U+FFFD, so one
+ * odd error message or response body can never make the row that records it unwritable.
+ */
+export function storable(s: string): string {
+  return s.replace(/\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
+}
+
+function truncate(text: string, max: number): string {
+  const s = storable(text);
+  if (s.length <= max) return s;
+  // Never cut between the two halves of a surrogate pair (an emoji at the cut).
+  const cut = /[\uD800-\uDBFF]/.test(s[max - 2] ?? '') ? max - 2 : max - 1;
+  return `${s.slice(0, cut)}…`;
 }

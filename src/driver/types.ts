@@ -123,6 +123,8 @@ export interface JobFailure {
   state: 'retryable' | 'discarded';
   scheduledAt: Date | null;
   error: JobErrorEntry;
+  /** The attempt does not count (a shutdown cut it short): the job's attempt goes back by one. */
+  refundAttempt?: boolean;
 }
 
 export interface ClaimTarget {

@@ -13,29 +13,36 @@ export class ServiceRunner {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
   private started = false;
+  // Bumped by every start() and stop(): a timer or pass of an earlier start sees it changed and
+  // stops its chain, so leadership lost and regained during a pass never leaves two chains.
+  private generation = 0;
 
   constructor(private readonly service: MaintenanceService, private readonly log: Logger) {}
 
   start(): void {
     if (this.started) return;
     this.started = true;
-    this.schedule(0);
+    this.schedule(0, ++this.generation);
   }
 
   async stop(): Promise<void> {
     this.started = false;
+    this.generation++;
     clearTimeout(this.timer);
     this.timer = undefined;
     await this.running;
   }
 
-  private schedule(ms: number): void {
+  private schedule(ms: number, generation: number): void {
     this.timer = setTimeout(async () => {
-      if (!this.started) return;
-      this.running = this.service.runOnce().catch((err) => this.log.warn({ err: errorMessage(err), service: this.service.name }, 'maintenance pass failed'));
-      await this.running;
-      this.running = undefined;
-      if (this.started) this.schedule(this.service.intervalMs);
+      // A pass of an earlier start may still be in flight: never run two at once.
+      if (this.running) await this.running;
+      if (generation !== this.generation) return;
+      const pass = this.service.runOnce().catch((err) => this.log.warn({ err: errorMessage(err), service: this.service.name }, 'maintenance pass failed'));
+      this.running = pass;
+      await pass;
+      if (this.running === pass) this.running = undefined;
+      if (generation === this.generation) this.schedule(this.service.intervalMs, generation);
     }, ms);
     this.timer.unref?.();
   }

@@ -3,6 +3,7 @@
 // per batch, not per job).
 import type { Clock } from '../core/clock.js';
 import { appNow } from '../core/clock.js';
+import { defaultHandlerBackoff } from '../core/backoff.js';
 import { Batcher } from '../core/batcher.js';
 import { errorMessage, errorName, errorStack } from '../core/errors-format.js';
 import { isPermanent, isRetryAfter } from '../core/errors.js';
@@ -24,6 +25,9 @@ export interface WorkerOptions {
   prefetch: number;
   leaseMarginMs: number;
 }
+
+/** The longest wait before a retry; a longer backoff or retryAfter() is cut to it. */
+export const MAX_RETRY_DELAY_MS = 365 * 24 * 3600_000;
 
 /** How much work the prefetch buffer aims to hold, in ms at the observed completion rate. */
 const PREFETCH_HORIZON_MS = 200;
@@ -55,7 +59,7 @@ export class Worker {
   private readonly bufferedCount = new Map<string, number>();
   private readonly channels: ReadonlyMap<JobKind, JobChannel>;
   private readonly completions: Batcher<Done>;
-  private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean }>;
+  private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean; refused?: boolean }>;
   private waitingForSlot = false;
   private stopping = false;
   /** Claimed jobs waiting for a free slot, oldest claim first. */
@@ -117,6 +121,18 @@ export class Worker {
         }
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job failures failed; will retry'),
+      // Error entries are made storable (errors-format), so a refusal here is unexpected; rather
+      // than hold every later failure behind it, record it once more with only the refusal in it.
+      isolate: {
+        isTransient: (err) => driver.isTransientError(err),
+        onRefused: (item, err) => {
+          deps.log.error({ err: errorMessage(err), job_id: item.job.id }, 'the database refused a job failure record');
+          if (item.refused) return; // refused twice: the job's lease expires and the rescuer returns it
+          const { error } = item.failure;
+          const stand = { at: error.at, attempt: error.attempt, name: 'UnstorableError', message: `the error could not be stored (${errorMessage(err)})` };
+          this.failures.push({ ...item, failure: { ...item.failure, error: stand }, refused: true });
+        },
+      },
     });
   }
 
@@ -318,7 +334,11 @@ export class Worker {
   private execute(job: ClaimedJob, channel: JobChannel): void {
     const abort = new JobAbort();
     this.count(this.runningCount_, job, 1);
-    const settled = this.run(job, channel, abort).finally(() => {
+    // run() handles everything a job can throw; a bug of rea's own must still not become an
+    // unhandled rejection (which ends the process): log it, and the job's lease brings it back.
+    const settled = this.run(job, channel, abort).catch((err: unknown) => {
+      this.deps.log.error({ err: errorMessage(err), job_id: job.id }, 'running a job failed inside rea; its lease will expire and the rescuer returns it');
+    }).finally(() => {
       this.active.delete(job.id);
       this.count(this.runningCount_, job, -1);
       this.noteCompletion();
@@ -385,16 +405,40 @@ export class Worker {
     let state: 'retryable' | 'discarded';
     let scheduledAt: Date | null = null;
     if (err instanceof WorkerStoppingError) {
-      state = 'retryable'; // a shutdown is not the handler's fault: run it again at once, elsewhere
+      // A shutdown is not the handler's fault: run it again at once, elsewhere, and do not count
+      // the attempt (at the last attempt, counting it would leave the job one try short).
+      state = 'retryable';
       scheduledAt = new Date(now);
     } else if (isPermanent(err) || err instanceof MissingEventError || job.attempt >= job.maxAttempts) {
       state = 'discarded';
     } else {
       state = 'retryable';
-      scheduledAt = new Date(now + (isRetryAfter(err) ? err.delayMs : channel.backoffMs(job)));
+      scheduledAt = new Date(now + this.retryDelayMs(job, channel, err, log));
     }
     log.warn({ err: entry.message, retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
-    this.failures.push({ failure: { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry }, job, discarded: state === 'discarded' });
+    const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
+    if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
+    this.failures.push({ failure, job, discarded: state === 'discarded' });
+  }
+
+  /**
+   * The wait before the next attempt. A user's backoff that throws or returns no usable number (a
+   * forgotten `return`, NaN) must not leave the job running: it is logged and the default schedule
+   * is used. A delay past MAX_RETRY_DELAY_MS is cut to it, so the time stays storable.
+   */
+  private retryDelayMs(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger): number {
+    let delay: unknown;
+    try {
+      delay = isRetryAfter(err) ? err.delayMs : channel.backoffMs(job);
+    } catch (thrown) {
+      delay = thrown;
+    }
+    if (typeof delay === 'number' && delay >= 0) return Math.min(delay, MAX_RETRY_DELAY_MS);
+    log.error(
+      { backoff_result: delay instanceof Error ? errorMessage(delay) : String(delay) },
+      'the backoff gave no delay (it must return a number of ms ≥ 0); retrying on the default schedule',
+    );
+    return defaultHandlerBackoff(job.attempt);
   }
 
   private emitCompleted(d: Done): void {

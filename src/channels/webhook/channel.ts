@@ -3,6 +3,7 @@
 // (complete, retry on the attempt⁴ schedule, retry at Retry-After, or discard).
 import { appNow, type Clock } from '../../core/clock.js';
 import { permanent, retryAfter } from '../../core/errors.js';
+import { storable } from '../../core/errors-format.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import type { LazyLogger } from '../../core/logger.js';
 import type { JobAbort } from '../../worker/abort.js';
@@ -138,7 +139,7 @@ async function attempt(
     attempt: {
       jobId: p.jobId, endpointId: p.endpointId, eventId: p.envelope.id, webhookId: p.webhookId, attempt: p.attempt,
       status: result.status ?? null, durationMs: result.durationMs, outcome: result.outcome,
-      responseExcerpt: result.responseExcerpt, error: result.error ?? null,
+      responseExcerpt: result.responseExcerpt, error: result.error == null ? null : storable(result.error),
     },
     health: p.test ? { effect: 'none' } : healthOf(result.outcome),
     now: deps.clock.now(),

@@ -7,6 +7,7 @@ import { createRequire } from 'node:module';
 import type * as Undici from 'undici';
 import { assertUrlAllowed, checkAddress, type AddressPolicy, type CheckedUrl } from './address.js';
 import { OptionsError } from '../../core/errors.js';
+import { storable } from '../../core/errors-format.js';
 import { WebhookUrlRefusedError } from './errors.js';
 import { parseRetryAfter, WEBHOOK_MAX_RETRY_AFTER_MS } from './retry.js';
 
@@ -177,7 +178,8 @@ function outgoingHeaders(given: Readonly<Record<string, string>>): Record<string
 
 function excerptText(bytes: Buffer): string {
   // A cut in the middle of a UTF-8 character decodes to U+FFFD; drop that last half-character.
-  return new TextDecoder('utf-8', { fatal: false }).decode(bytes).replace(/\uFFFD$/, '');
+  // NUL is valid UTF-8 but no text column holds it: storable() makes it U+FFFD too.
+  return storable(new TextDecoder('utf-8', { fatal: false }).decode(bytes).replace(/\uFFFD$/, ''));
 }
 
 /** Makes one delivery attempt. Never throws for anything the endpoint or the network does. */

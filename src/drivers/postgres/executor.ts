@@ -126,7 +126,7 @@ export class PostgresExecutor implements Executor {
     const f = p.failures;
     const res = await this.pool.query(this.sql.jobFailMany, [
       f.map((x) => x.id), f.map((x) => x.attempt), f.map((x) => x.state), f.map((x) => x.scheduledAt),
-      f.map((x) => JSON.stringify(x.error)), p.now,
+      f.map((x) => JSON.stringify(x.error)), p.now, f.map((x) => x.refundAttempt === true),
     ]);
     return affected(res);
   }

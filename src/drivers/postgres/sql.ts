@@ -224,15 +224,17 @@ set state = case when j.attempt - 1 = 0 then 'available' else 'retryable' end,
 from unnest($1::bigint[], $2::int[]) as d(id, attempt)
 where j.id = d.id and j.attempt = d.attempt and j.state = 'running'`,
 
+    // refund: the attempt does not count (a shutdown cut it short), so the job keeps all its tries.
     jobFailMany: /* sql */ `
 update ${s}.jobs j
 set state = d.state,
+    attempt = j.attempt - case when d.refund then 1 else 0 end,
     scheduled_at = coalesce(d.scheduled_at, j.scheduled_at),
     finalized_at = case when d.state = 'discarded' then coalesce($6::timestamptz, now()) end,
     lease_expires_at = null,
     errors = j.errors || jsonb_build_array(d.error)
-from unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[])
-  as d(id, attempt, state, scheduled_at, error)
+from unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[], $7::boolean[])
+  as d(id, attempt, state, scheduled_at, error, refund)
 where j.id = d.id and j.attempt = d.attempt and j.state = 'running'`,
 
     jobRescue: /* sql */ `

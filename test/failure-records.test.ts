@@ -1,0 +1,230 @@
+// What a failing job can never do to the others: an error the database cannot store, a backoff
+// that returns no number, a shutdown at the last attempt, a webhook answer with a NUL byte. And the
+// pieces underneath: the batcher's isolation of a refused item, the maintenance runner's restart.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { Batcher } from '../src/core/batcher.js';
+import { storable } from '../src/core/errors-format.js';
+import { defineEvents } from '../src/index.js';
+import { ServiceRunner } from '../src/maintenance/service.js';
+import { quickBackoff, targets, testBus } from './helpers/db.js';
+import { receiver } from './helpers/http.js';
+import { captureLogger } from './helpers/log.js';
+import { deferred } from './helpers/signals.js';
+
+const events = defineEvents({ 'task.queued': z.object({ n: z.number() }) });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe.each(targets)('failure records on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('errors PostgreSQL cannot store as they are (NUL, a lone surrogate, an emoji at the 2,000-character cut) are stored cleaned, and nobody else waits', async () => {
+    const bus = await testBus(target, events, { worker: { completionFlushMs: 5 } });
+    const throwers: Record<string, () => Error> = {
+      nul: () => new Error('bad byte \u0000 here'),
+      lone: () => new Error('half a pair: \uD83D!'),
+      emoji: () => new Error(`${'x'.repeat(1998)}😀 and more`),
+      name: () => Object.assign(new Error('odd name'), { name: 'Bad\u0000Name' }),
+    };
+    for (const [name, make] of Object.entries(throwers)) {
+      bus.on('task.queued', name, () => { throw make(); }, { maxAttempts: 1 });
+    }
+    let goodRuns = 0;
+    bus.on('task.queued', 'good', () => {
+      if (++goodRuns === 1) throw new Error('plain failure');
+    }, { backoff: quickBackoff });
+    const discarded = new Set<string>();
+    const allDiscarded = deferred();
+    bus.lifecycle.on('job:discarded', (e) => {
+      discarded.add(e.handler);
+      if (discarded.size === Object.keys(throwers).length) allDiscarded.resolve();
+    });
+    const goodDone = bus.lifecycle.waitFor('job:completed', (e) => e.handler === 'good');
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await Promise.all([allDiscarded.promise, goodDone]);
+
+    const jobs = Object.fromEntries((await bus.jobs.forEvent(id)).map((j) => [j.target, j]));
+    expect(jobs.nul!.errors[0]!.message).toBe('bad byte \uFFFD here');
+    expect(jobs.lone!.errors[0]!.message).toBe('half a pair: \uFFFD!');
+    const cut = jobs.emoji!.errors[0]!.message;
+    expect(cut).toBe(`${'x'.repeat(1998)}…`); // the emoji would have been split: it is left out whole
+    expect(jobs.name!.errors[0]!.name).toBe('Bad\uFFFDName');
+    expect(jobs.good).toMatchObject({ state: 'completed', attempt: 2 });
+    expect(jobs.good!.errors.map((e) => e.message)).toEqual(['plain failure']);
+  });
+
+  test('a backoff that returns no number or throws is logged, and the job retries on the default schedule', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    const backoffs: Record<string, () => number> = {
+      nan: () => NaN,
+      missing: () => undefined as unknown as number,
+      throws: () => { throw new Error('backoff bug'); },
+      huge: () => 1e300,
+    };
+    for (const [name, backoff] of Object.entries(backoffs)) {
+      bus.on('task.queued', name, () => { throw new Error('fails'); }, { backoff });
+    }
+    const failed = new Map<string, Date | null>();
+    const allFailed = deferred();
+    bus.lifecycle.on('job:failed', (e) => {
+      failed.set(e.handler, e.retryAt);
+      if (failed.size === Object.keys(backoffs).length) allFailed.resolve();
+    });
+    await bus.start();
+    const before = Date.now();
+    const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await allFailed.promise;
+
+    const jobs = Object.fromEntries((await bus.jobs.forEvent(id)).map((j) => [j.target, j]));
+    for (const name of ['nan', 'missing', 'throws']) {
+      expect(jobs[name]).toMatchObject({ state: 'retryable', attempt: 1 });
+      // The default schedule: 5 s plus up to 30 s of jitter after the first failure.
+      const wait = failed.get(name)!.getTime() - before;
+      expect(wait).toBeGreaterThanOrEqual(4_000);
+      expect(wait).toBeLessThan(40_000);
+    }
+    // Past a year, the wait is cut to one year rather than becoming an invalid date.
+    const year = 365 * 24 * 3600_000;
+    expect(failed.get('huge')!.getTime() - before).toBeGreaterThan(year - 60_000);
+    expect(failed.get('huge')!.getTime() - before).toBeLessThan(year + 60_000);
+    const complaints = lines.filter((l) => l.level === 'error' && String(l.msg).startsWith('the backoff gave no delay'));
+    expect(complaints.map((l) => l.handler).sort()).toEqual(['missing', 'nan', 'throws']);
+    expect(complaints.find((l) => l.handler === 'throws')!.backoff_result).toBe('backoff bug');
+  });
+
+  test('a shutdown that cuts the last attempt short does not use it up', async () => {
+    const bus = await testBus(target, events);
+    const started = deferred();
+    bus.on('task.queued', 'once', () => {
+      started.resolve();
+      return new Promise(() => {});
+    }, { maxAttempts: 1, timeoutMs: 60_000 });
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await started.promise;
+    await bus.stop({ timeoutMs: 100 });
+    // (A stopped bus has closed the pool it made: read as an operator would.)
+    const [stopped] = await target.query(`select state, attempt, errors from "${bus.schema}".jobs where event_id = $1`, [id]);
+    expect(stopped).toMatchObject({ state: 'retryable', attempt: 0 });
+    expect(stopped.errors.map((e: { name: string }) => e.name)).toEqual(['WorkerStoppingError']);
+
+    // The next process runs it as attempt 1 of 1, and a failure there is the job's one real try.
+    const next = await testBus(target, events, { schema: bus.schema });
+    const attempts: number[] = [];
+    next.on('task.queued', 'once', (_e, ctx) => {
+      attempts.push(ctx.attempt);
+      throw new Error('real failure');
+    }, { maxAttempts: 1 });
+    const gone = next.lifecycle.waitFor('job:discarded');
+    await next.start();
+    await gone;
+    expect(attempts).toEqual([1]);
+    expect((await next.jobs.forEvent(id))[0]).toMatchObject({ state: 'discarded', attempt: 1 });
+  });
+
+  test('a webhook answer with a NUL byte is a success like any other (its excerpt is stored cleaned)', async () => {
+    const bus = await testBus(target, events, { webhooks: { allowPrivateNetworks: true } });
+    const r = await receiver((_q, res) => res.end(Buffer.from('ok\u0000\u0001', 'utf8')));
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['task.queued'] });
+    const done = bus.lifecycle.waitFor('job:completed');
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await done;
+    expect(r.received).toHaveLength(1);
+    expect((await bus.jobs.forEvent(id))[0]).toMatchObject({ state: 'completed', attempt: 1 });
+    const [attempt] = await target.query(`select outcome, response_excerpt from "${bus.schema}".webhook_attempts where endpoint_id = $1`, [ep.id]);
+    expect(attempt).toEqual({ outcome: 'success', response_excerpt: 'ok\uFFFD\u0001' });
+  });
+});
+
+describe('storable text', () => {
+  it('keeps valid text (pairs included) and replaces only NUL and lone surrogates', () => {
+    expect(storable('plain ✓ 😀')).toBe('plain ✓ 😀');
+    expect(storable('\u0000a\uDC00b\uD800')).toBe('\uFFFDa\uFFFDb\uFFFD');
+  });
+});
+
+describe('batcher isolation', () => {
+  const refusing = (bad: Set<string>, written: string[][]) => async (items: string[]) => {
+    const refused = items.find((i) => bad.has(i));
+    if (refused) throw Object.assign(new Error(`refused ${refused}`), { transient: false });
+    written.push(items);
+  };
+
+  it('a batch refused for one item is written item by item; the refused one goes to onRefused, not back in the queue', async () => {
+    const written: string[][] = [];
+    const refused: string[] = [];
+    const errors: unknown[] = [];
+    const b = new Batcher<string>({
+      flushMs: 1_000, maxBatch: 10, write: refusing(new Set(['bad']), written), onError: (e) => errors.push(e),
+      isolate: { isTransient: () => false, onRefused: (item) => refused.push(item) },
+    });
+    for (const i of ['a', 'bad', 'c']) b.push(i);
+    await b.flush();
+    expect(written).toEqual([['a'], ['c']]);
+    expect(refused).toEqual(['bad']);
+    expect(b.pending).toBe(0);
+    expect(errors).toEqual([]);
+    b.push('d');
+    await b.flush();
+    expect(written.at(-1)).toEqual(['d']);
+  });
+
+  it('a transient error keeps every item for the next try (the database is away, nothing is refused)', async () => {
+    let down = true;
+    const written: string[][] = [];
+    const refused: string[] = [];
+    const b = new Batcher<string>({
+      flushMs: 1_000, maxBatch: 10,
+      write: async (items) => {
+        if (down) throw new Error('connection refused');
+        written.push(items);
+      },
+      onError: () => {},
+      isolate: { isTransient: () => true, onRefused: (item) => refused.push(item) },
+    });
+    b.push('a');
+    b.push('b');
+    await b.flush();
+    expect(b.pending).toBe(2);
+    down = false;
+    await b.flush();
+    expect(written).toEqual([['a', 'b']]);
+    expect(refused).toEqual([]);
+  });
+});
+
+describe('maintenance runner', () => {
+  const log = { debug() {}, info() {}, warn() {}, error() {}, child() { return log; } };
+
+  it('stopped and started again during a pass (leadership lost and regained) keeps one chain, never two passes at once', async () => {
+    let running = 0;
+    let maxConcurrent = 0;
+    let passes = 0;
+    const runner = new ServiceRunner({
+      name: 'x',
+      intervalMs: 50,
+      runOnce: async () => {
+        passes++;
+        running++;
+        maxConcurrent = Math.max(maxConcurrent, running);
+        await sleep(40);
+        running--;
+      },
+    }, log);
+    runner.start();
+    await sleep(10); // the first pass is in flight
+    void runner.stop();
+    runner.start();
+    await sleep(500);
+    await runner.stop();
+    const after = passes;
+    await sleep(200);
+    expect(maxConcurrent).toBe(1);
+    // One chain: a pass every ~90 ms (40 ms of work, 50 ms apart) → about 6 in 500 ms; two chains would make about 11.
+    expect(after).toBeLessThanOrEqual(8);
+    expect(passes).toBe(after); // nothing runs after stop()
+  });
+});
