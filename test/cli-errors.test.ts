@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
+import { checkConnectionString, describeConnection } from '../src/drivers/postgres/common.js';
 import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
 
 const SECRET = 's3cretpw';
@@ -42,6 +43,12 @@ describe('rea: command-line mistakes', () => {
     [`mysql://root:${SECRET}@127.0.0.1/test`, /--database-url: a mysql:\/\/ URL is not PostgreSQL/],
     [`http://u:${SECRET}@127.0.0.1/`, /--database-url: a http:\/\/ URL is not PostgreSQL/],
     [`postgres://postgres:${SECRET}@127.0.0.1:abc/x`, /--database-url: not a valid connection URL/],
+    // A password with '/', '?' or '#' not percent-encoded: the URL's host would be the user name
+    // and the password part of the database name, which messages show.
+    [`postgres://app:/${SECRET}@127.0.0.1:5432/prod`, /--database-url: an '@' after the host: percent-encode/],
+    [`postgres://app:2024/${SECRET}@127.0.0.1:5432/prod`, /--database-url: an '@' after the host: percent-encode/],
+    [`postgres://app:12?${SECRET}@127.0.0.1:5432/prod`, /--database-url: an '@' after the host: percent-encode/],
+    [`postgres://app:12#${SECRET}@127.0.0.1:5432/prod`, /--database-url: an '@' after the host: percent-encode/],
   ])('refuses the connection string %s before connecting, naming the flag and not the password', async (url, message) => {
     const r = await rea('status', '--database-url', url);
     expect(r.code).toBe(2);
@@ -137,8 +144,14 @@ describe('rea: command-line mistakes', () => {
     expect(v.text.trim()).toBe(version);
   });
 
+  it('a password percent-encoded as it should be is accepted, and a message names host and database only', () => {
+    const url = `postgres://app:${encodeURIComponent(`/${SECRET}?#@`)}@127.0.0.1:5432/prod`;
+    expect(() => checkConnectionString(url, 'database.postgres')).not.toThrow();
+    expect(describeConnection(url)).toBe('PostgreSQL at 127.0.0.1:5432/prod (user app)');
+  });
+
   it('createBus refuses a connection string pg would misread, with a typed error naming database.postgres', () => {
-    for (const bad of ['notaurl', `mysql://root:${SECRET}@127.0.0.1/test`]) {
+    for (const bad of ['notaurl', `mysql://root:${SECRET}@127.0.0.1/test`, `postgres://app:/${SECRET}@127.0.0.1:5432/prod`]) {
       let caught: unknown;
       try {
         createBus({ database: { postgres: bad }, events });

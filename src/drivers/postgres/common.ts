@@ -83,6 +83,12 @@ export function checkConnectionString(url: string, field: string): void {
   if (!['postgres:', 'postgresql:', 'socket:'].includes(parsed.protocol)) {
     throw new OptionsError(field, `a ${parsed.protocol}// URL is not PostgreSQL; ${expected}`);
   }
+  // An '@' after the host: a password holding '/', '?' or '#' that was not percent-encoded, so
+  // the URL's host is really the user name and the password sits in the database name, where a
+  // message would show it (and pg would connect to the wrong host). Nothing is echoed here.
+  if (`${parsed.pathname}${parsed.search}${parsed.hash}`.includes('@')) {
+    throw new OptionsError(field, `an '@' after the host: percent-encode '/', '?', '#' and '@' in the user name and password (encodeURIComponent); ${expected}`);
+  }
 }
 
 const REFUSED_CODES = new Set(['28P01', '28000', '3D000']);
@@ -120,7 +126,9 @@ export function describeConnection(url: string | undefined, fallback: { host?: s
       const u = new URL(url);
       host = u.hostname || host;
       port = u.port || port;
-      database = decodeURIComponent(u.pathname.slice(1)) || database;
+      // Never a name with an '@' in it: that would be a password the URL did not encode.
+      const named = decodeURIComponent(u.pathname.slice(1));
+      database = named && !u.pathname.includes('@') ? named : database;
       user = decodeURIComponent(u.username) || user;
     } catch {
       // checked when the driver was made; nothing better to say here
