@@ -407,6 +407,22 @@ describe.each(targets)('webhooks on $name', (target) => {
     expect(await bus.endpoints.delete(ep.id)).toBe(false);
   });
 
+  test('a delivery cut short by bus.stop() is logged and retried, but does not count against the endpoint', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver((_q, res) => setTimeout(() => res.end('ok'), 3000).unref());
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'STOP-1' }));
+    await r.nth(1);
+    await bus.stop({ timeoutMs: 100 });
+    const [row] = await target.query(`select state, failing_since from "${bus.schema}".endpoints where id = $1`, [ep.id]);
+    expect(row).toEqual({ state: 'enabled', failing_since: null });
+    const attempts = await target.query(`select outcome, error from "${bus.schema}".webhook_attempts where endpoint_id = $1`, [ep.id]);
+    expect(attempts).toEqual([{ outcome: 'failure', error: 'aborted before the endpoint answered' }]);
+    const [job] = await target.query(`select state, attempt from "${bus.schema}".jobs where event_id = $1 and kind = 'webhook'`, [id]);
+    expect(job).toEqual({ state: 'retryable', attempt: 0 });
+  });
+
   test('endpoints.test sends one signed test delivery, logs it, and leaves the state alone', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver((_q, res) => res.writeHead(503).end('down'));

@@ -7,6 +7,7 @@ import { storable } from '../../core/errors-format.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import type { LazyLogger } from '../../core/logger.js';
 import type { JobAbort } from '../../worker/abort.js';
+import { WorkerStoppingError } from '../../worker/worker.js';
 import { uuidv7 } from '../../core/uuid.js';
 import type { ClaimedJob, ClaimTarget, Driver, StoredEvent } from '../../driver/types.js';
 import type { AttemptOutcome, EndpointState, HealthEffect } from '../../driver/webhooks.js';
@@ -101,6 +102,10 @@ function healthOf(outcome: AttemptOutcome): HealthEffect {
   return { effect: 'failure' };
 }
 
+function stoppedByUs(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true && signal.reason instanceof WorkerStoppingError;
+}
+
 export interface WebhookDeps {
   lifecycle: Lifecycle;
   clock: Clock;
@@ -141,7 +146,8 @@ async function attempt(
       status: result.status ?? null, durationMs: result.durationMs, outcome: result.outcome,
       responseExcerpt: result.responseExcerpt, error: result.error == null ? null : storable(result.error),
     },
-    health: p.test ? { effect: 'none' } : healthOf(result.outcome),
+    // An attempt this process cut short as it stopped says nothing about the endpoint.
+    health: p.test || stoppedByUs(p.signal) ? { effect: 'none' } : healthOf(result.outcome),
     now: deps.clock.now(),
   });
   deps.lifecycle.emit('webhook:attempt', {
