@@ -94,6 +94,22 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(tested.code).toBe(1);
     expect(JSON.parse(tested.out)).toMatchObject({ outcome: 'failure', status: 500, error: 'HTTP 500', responseExcerpt: 'broken' });
   });
+
+  it("test and attempts never send a receiver's control characters to the terminal (--json keeps the bytes)", async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema];
+    const r = await receiver((_q, res) => res.end('\x1b[2J\x1b]0;owned\x07\x1b[32mall good\x1b[0m'));
+    const ep = await (await import('../src/index.js')).createBus({ database: { postgres: PG_URL }, schema: bus.schema, events, webhooks: { allowPrivateNetworks: true } });
+    onTestFinished(() => ep.stop());
+    const { id } = await ep.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const tested = await rea('endpoints', 'test', id, '--allow-private-networks', ...db);
+    expect(tested.out).toContain('response: ·[2J·]0;owned··[32mall good·[0m');
+    const attempts = await rea('endpoints', 'attempts', id, ...db);
+    expect(attempts.out).toContain('·[2J·]0;owned··[32mall good·[0m');
+    expect(tested.out + attempts.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f]/);
+    const json = await rea('endpoints', 'attempts', id, '--json', ...db);
+    expect(JSON.parse(json.out)[0].responseExcerpt).toBe('\x1b[2J\x1b]0;owned\x07\x1b[32mall good\x1b[0m');
+  });
 });
 
 describe('endpoints CLI on a PGlite data directory', () => {

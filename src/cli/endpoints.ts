@@ -39,6 +39,14 @@ function command(name: string, description: string): Command {
 
 const iso = (d: Date | null) => (d ? d.toISOString() : '-');
 
+/**
+ * A receiver's answer is a third party's bytes: control characters (ESC sequences that clear the
+ * screen, retitle the window or fake colours) are shown as '·' rather than sent to the terminal.
+ */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, '·');
+}
+
 export function formatEndpoint(e: Endpoint): string {
   const lines = [
     `${e.id}  ${e.state}  ${e.url}`,
@@ -60,7 +68,7 @@ function printWithSecret(e: EndpointWithSecret, json: boolean | undefined, what:
 
 export function formatAttempt(a: WebhookAttempt): string {
   const status = a.status === null ? '---' : String(a.status);
-  const detail = a.error ?? (a.responseExcerpt ? a.responseExcerpt.replace(/\s+/g, ' ').slice(0, 80) : '');
+  const detail = printable(a.error ?? (a.responseExcerpt ? a.responseExcerpt.replace(/\s+/g, ' ').slice(0, 80) : ''));
   return `${iso(a.at)}  ${a.outcome.padEnd(9)} ${status}  ${String(a.durationMs).padStart(5)} ms  #${a.attempt} ${a.deliveryId ?? 'test'}  ${detail}`;
 }
 
@@ -128,8 +136,8 @@ export function endpointsCommand(): Command {
         if (flags.json) console.log(JSON.stringify(r));
         else {
           const answer = r.status === null ? 'no answer' : `HTTP ${r.status}`;
-          console.log(`${r.outcome}: ${answer} in ${r.durationMs} ms${r.error ? ` (${r.error})` : ''}`);
-          if (r.responseExcerpt) console.log(`response: ${r.responseExcerpt.slice(0, 200)}`);
+          console.log(`${r.outcome}: ${answer} in ${r.durationMs} ms${r.error ? ` (${printable(r.error)})` : ''}`);
+          if (r.responseExcerpt) console.log(`response: ${printable(r.responseExcerpt.slice(0, 200))}`);
           console.log(`webhook-id ${r.webhookId}`);
         }
         if (r.outcome !== 'success') process.exitCode = 1;
