@@ -110,6 +110,10 @@ describe.each(targets)('record on $name', (target) => {
       [{ data: cyclic }, 'data.self', 'circular'],
       [{ data: [1, Number.NaN] }, 'data[1]', 'finite'],
       [{ data: new Date() }, 'data', 'Date'],
+      // PostgreSQL's jsonb refuses these; before, the driver's raw error came back.
+      [{ data: { note: 'a\u0000b' } }, 'data.note', 'NUL character'],
+      [{ data: ['ok 😀', 'half \uD83D'] }, 'data[1]', 'lone UTF-16 surrogate'],
+      [{ data: { 'k\u0000': 1 } }, 'data', 'a key that is text with a NUL'],
     ];
     for (const [payload, path, word] of cases) {
       const err = await attempt('blob.stored', payload);

@@ -5,12 +5,20 @@ export interface JsonProblem {
   problem: string;
 }
 
+const UNSTORABLE = 'text with a NUL character (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL JSON refuses';
+
+/** Cheap first test (surrogate pairs are common: emoji), then the exact one only when needed. */
+function unstorableText(s: string): boolean {
+  return /[\u0000\uD800-\uDFFF]/.test(s) && /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s);
+}
+
 /** Returns the first value JSON would drop, change or refuse, or null when the value is faithful. */
 export function findJsonProblem(value: unknown): JsonProblem | null {
   const seen = new Set<object>();
   const walk = (v: unknown, path: string): JsonProblem | null => {
     switch (typeof v) {
       case 'string':
+        return unstorableText(v) ? { path, problem: UNSTORABLE } : null;
       case 'boolean':
         return null;
       case 'number':
@@ -43,6 +51,7 @@ export function findJsonProblem(value: unknown): JsonProblem | null {
     }
     seen.add(obj);
     for (const key of Object.keys(obj)) {
+      if (unstorableText(key)) return { path, problem: `a key that is ${UNSTORABLE}` };
       const p = walk((obj as Record<string, unknown>)[key], path ? `${path}.${key}` : key);
       if (p) return p;
     }

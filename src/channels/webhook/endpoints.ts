@@ -2,6 +2,7 @@
 // validates input into typed errors, keeps secrets write-only, and makes new deliveries.
 import type { Clock } from '../../core/clock.js';
 import { BusStateError, NotFoundError, OptionsError, UnknownEventTypeError } from '../../core/errors.js';
+import { storable } from '../../core/errors-format.js';
 import { patternMatches } from '../../core/events.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import { uuidv7 } from '../../core/uuid.js';
@@ -101,6 +102,7 @@ export function createWebhookApi(
   const checkDescription = (field: string, d: unknown): string => {
     if (typeof d !== 'string') throw new OptionsError(field, 'must be a string');
     if (d.length > MAX_DESCRIPTION) throw new OptionsError(field, `at most ${MAX_DESCRIPTION} characters`);
+    if (storable(d) !== d) throw new OptionsError(field, 'must not contain a NUL character or a lone UTF-16 surrogate (not storable as text)');
     return d;
   };
 
