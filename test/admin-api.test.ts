@@ -332,6 +332,31 @@ describe.each(targets)('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', `/api/endpoints/00000000-0000-7000-8000-000000000000/enable`, { headers: bearer() })).status).toBe(404);
   });
 
+  test('from the panel, add endpoint and rotate answer with a page that shows the secret once (a redirect would lose it)', async () => {
+    const { bus, s } = await setup(target);
+    const cookie = await login(s.url);
+    const csrf = csrfFrom((await call(s.url, 'GET', '/endpoints', { headers: { cookie } })).text);
+    const headers = { cookie, origin: s.url };
+    const added = await call(s.url, 'POST', '/api/endpoints', { form: { url: 'https://hooks.example.com/in', eventTypes: 'order.*', _csrf: csrf, _return: '/endpoints' }, headers });
+    expect(added.status).toBe(200);
+    expect(added.headers['content-type']).toMatch(/^text\/html/);
+    expect(added.headers['cache-control']).toBe('no-store');
+    const [row] = await target.query(`select id, secrets->0->>'secret' as secret from "${bus.schema}".endpoints`);
+    expect(added.text).toContain(`<code>${row.secret}</code>`);
+    expect(added.text).toContain('href="/endpoints"');
+
+    const rotated = await call(s.url, 'POST', `/api/endpoints/${row.id}/rotate`, { form: { _csrf: csrf, _return: `/endpoints/${row.id}` }, headers });
+    expect(rotated.status).toBe(200);
+    const [after] = await target.query(`select secrets->0->>'secret' as secret from "${bus.schema}".endpoints`);
+    expect(after.secret).not.toBe(row.secret);
+    expect(rotated.text).toContain(`<code>${after.secret}</code>`);
+    expect(rotated.text).not.toContain(row.secret);
+    // Everywhere else the panel shows the last four characters only.
+    const page = await call(s.url, 'GET', `/endpoints/${row.id}`, { headers: { cookie } });
+    expect(page.text).not.toContain(after.secret);
+    expect(page.text).toContain(`…${after.secret.slice(-4)}`);
+  });
+
   test('healthz: public; 200 with a live leader, 503 without; metrics: Prometheus text with the figures', async () => {
     const { bus, s } = await setup(target);
     const before = await call(s.url, 'GET', '/healthz');

@@ -169,6 +169,7 @@ function send(res: ServerResponse, result: RouteResult, formReturn: string | nul
   }
   if ('html' in result) return sendText(res, result.status ?? 200, 'text/html; charset=utf-8', result.html);
   if ('text' in result) return sendText(res, result.status ?? 200, result.contentType, result.text);
+  if (formReturn !== null && 'json' in result && result.formPage) return sendText(res, 200, 'text/html; charset=utf-8', result.formPage(formReturn));
   if (formReturn !== null) return redirect(res, result.notice ? withNotice(formReturn, result.notice) : formReturn);
   return sendJson(res, result.status ?? 200, result.json);
 }

@@ -232,3 +232,16 @@ form.inline { display:inline; margin:0 .25rem .25rem 0; }
   dt { margin-top:.4rem; }
 }
 `;
+
+/**
+ * The answer to a panel form that made a signing secret (add endpoint, rotate): the one time the
+ * secret is shown. Never cached (every admin response is no-store), never in a URL or a notice.
+ */
+export function secretPage(ctx: PageContext, what: string, endpoint: { id: string; url: string }, secret: string, returnTo: string): string {
+  return layout(ctx, 'Signing secret', html`<h1>${what}</h1>
+<p>Endpoint <a href="${ctx.base}/endpoints/${endpoint.id}"><code>${endpoint.url}</code></a></p>
+<p>Its signing secret, shown <strong>this once</strong>: give it to the receiver now (it verifies the
+<code>webhook-signature</code> header with it). rea keeps it, but no page, API read or CLI listing shows it again.</p>
+<pre class="secret"><code>${secret}</code></pre>
+<p><a href="${returnTo}">Done</a></p>`);
+}

@@ -31,7 +31,9 @@ export interface RouteContext {
 }
 
 export type RouteResult =
-  | { json: unknown; status?: number; notice?: string }
+  // A panel form post is answered with a redirect back (with the notice), or, with `formPage`, with
+  // that page instead: for answers a redirect would lose, such as a secret shown once.
+  | { json: unknown; status?: number; notice?: string; formPage?: (returnTo: string) => string }
   | { html: string; status?: number }
   | { redirect: string; setCookie?: string }
   | { text: string; contentType: string; status?: number };

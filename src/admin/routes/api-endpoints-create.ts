@@ -1,7 +1,9 @@
 // POST /api/endpoints { url, eventTypes, description? }: subscribe an endpoint. The generated
 // secret is in this one response only (the receiver needs it); reads show its last 4 characters.
+// From the panel's form, the answer is a page that shows the secret once.
 import { z } from 'zod';
 import { endpointView } from '../data.js';
+import { secretPage } from '../html.js';
 import { bodyFields, defineRoute, parse } from '../route.js';
 
 const input = z.object({
@@ -13,9 +15,12 @@ const input = z.object({
 
 export default defineRoute({
   method: 'POST', path: '/api/endpoints', access: 'user', kind: 'api',
-  async handle({ bus, body }) {
+  async handle({ bus, body, page }) {
     const fields = parse(input, bodyFields(body));
     const { secret, ...endpoint } = await bus.endpoints.create(fields);
-    return { json: { endpoint: endpointView(endpoint), secret }, status: 201, notice: `Endpoint created: ${endpoint.url}` };
+    return {
+      json: { endpoint: endpointView(endpoint), secret }, status: 201,
+      formPage: (returnTo) => secretPage(page, 'Endpoint created', endpoint, secret, returnTo),
+    };
   },
 });
