@@ -6,11 +6,12 @@ import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
-import { BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
+import { BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
 import {
   patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes,
   type PayloadInput, type ReaEvent,
 } from './core/events.js';
+import { errorMessage } from './core/errors-format.js';
 import { findJsonProblem } from './core/json.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
@@ -18,12 +19,12 @@ import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, validateWith, type Ha
 import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
-import type { EventSummary, JobSummary } from './driver/admin.js';
+import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
 import { eventListParams, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
-import { evaluateAlerts, type Alert, type AlertThresholds } from './admin/alerts.js';
+import { evaluateAlerts, formatMs, type Alert, type AlertThresholds } from './admin/alerts.js';
 import { Leader } from './maintenance/leader.js';
 import { Retention, type AppTableRetention, type RetentionReport } from './maintenance/retention.js';
 import { Rescuer } from './maintenance/rescuer.js';
@@ -58,10 +59,12 @@ export interface BusOptions<S extends EventSchemas> {
   poolSize?: number;
   /** Names this process in leases and job rows (default host:pid:random). */
   instanceId?: string;
-  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number; concurrency?: number };
+  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number; concurrency?: number; handOff?: boolean };
   worker?: {
     enabled?: boolean; concurrency?: number; minPollMs?: number; maxPollMs?: number;
     completionFlushMs?: number; completionBatchSize?: number; leaseMarginMs?: number; prefetch?: number;
+    /** How often a running worker marks its handlers as had, for the handler_unattended alert (default 60 s). */
+    heartbeatMs?: number;
   };
   notifyDebounceMs?: number;
   leader?: { ttlMs?: number; renewMs?: number };
@@ -162,6 +165,18 @@ export interface Bus<S extends EventSchemas> {
     /** Cancel waiting jobs (available, retryable); running and final jobs are left alone. Returns the ids cancelled. */
     cancel(ids: readonly string[]): Promise<string[]>;
   };
+  /** The subscriptions every bus has stored (handlers table), and forgetting one no process runs any more. */
+  handlers: {
+    /** Each handler with its patterns, last heartbeat and waiting / running jobs (counts capped at the exact-count limit). */
+    list(): Promise<HandlerSummary[]>;
+    /**
+     * For a handler removed or renamed in the code: delete its row, so the relay makes no more
+     * jobs for it, and cancel its waiting jobs, so retention can trim their events. Refused
+     * (BusStateError) while a running worker has had it within the handler_unattended window,
+     * unless `force`. NotFoundError when there is no such handler.
+     */
+    forget(name: string, options?: { force?: boolean }): Promise<{ cancelled: number }>;
+  };
   retention: {
     /** Trim an application table by the same bounded cleaner (before start()). */
     register(spec: AppTableRetention): void;
@@ -195,6 +210,11 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
   let state: 'idle' | 'started' | 'stopped' = 'idle';
   let unlisten: (() => Promise<void>) | undefined;
+  // While this process's worker runs its handlers, it says so (handlers.seen_at), so the overview
+  // can tell a handler no process runs any more from one whose workers are merely busy.
+  let heartbeat: NodeJS.Timeout | undefined;
+  const beat = () => driver.admin.handlersSeen({ names: [...handlers.keys()] })
+    .catch((err) => log.warn({ err: errorMessage(err) }, 'handler heartbeat failed; will retry'));
 
   // One NOTIFY per debounce window per process, sent outside any business transaction.
   const notifier = debounced(o.notifyDebounceMs ?? DEFAULTS.notifyDebounceMs, (payload: string) => {
@@ -416,6 +436,11 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       }
       if (relayOptions.enabled !== false) relay.start();
       if (workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun)) worker.start();
+      if (workerOptions.enabled !== false && handlers.size > 0) {
+        await beat();
+        heartbeat = setInterval(() => void beat(), workerOptions.heartbeatMs);
+        heartbeat.unref();
+      }
       // Retention rules are known only now: retention.register() may be called until start().
       if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log));
       leader.start();
@@ -425,6 +450,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       if (state === 'stopped') return;
       const wasStarted = state === 'started';
       state = 'stopped';
+      clearInterval(heartbeat);
       if (wasStarted) {
         await relay.stop();
         await worker.stop(stopOptions.timeoutMs ?? 10_000);
@@ -437,7 +463,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     async overview() {
-      const facts = await explained(driver.operations.overviewFacts({ exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog }));
+      const facts = await explained(driver.operations.overviewFacts({
+        exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog, handlerUnattendedMs: alertThresholds.handlerUnattendedMs,
+      }));
       // The database's clock unless one is injected: created_at comes from it, so ages never mix two clocks.
       const now = clock.now()?.getTime() ?? facts.readAt.getTime();
       const jobs = Object.fromEntries(Object.entries(facts.jobs).map(([k, f]) => [k, f.value])) as Overview['jobs'];
@@ -479,6 +507,21 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
     endpoints: webhookApi.endpoints,
     deliveries: webhookApi.deliveries,
+
+    handlers: {
+      list: () => driver.admin.handlerList({ countLimit: exactCountLimit }),
+      async forget(name, forgetOptions = {}) {
+        if (typeof name !== 'string' || name.length === 0) throw new OptionsError('handlers.forget(name)', 'give the name of a handler');
+        if (handlers.has(name)) throw new BusStateError(`handler '${name}' is registered in this very bus: it is not gone`);
+        const window = alertThresholds.handlerUnattendedMs >= 0 ? alertThresholds.handlerUnattendedMs : DEFAULTS.alerts.handlerUnattendedMs;
+        const r = await driver.admin.handlerForget({ name, unseenForMs: forgetOptions.force ? null : window, now: clock.now() });
+        if (!r.forgotten && r.seenAt === null) throw new NotFoundError(`handler ${JSON.stringify(name)}`);
+        if (!r.forgotten) {
+          throw new BusStateError(`handler '${name}' was had by a running worker at ${r.seenAt!.toISOString()}, within the last ${formatMs(window)}: stop it first, or pass force`);
+        }
+        return { cancelled: r.cancelled };
+      },
+    },
 
     jobs: {
       forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),

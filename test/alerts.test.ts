@@ -22,6 +22,7 @@ function facts(over: Partial<OverviewFacts> = {}, jobs: Partial<Record<JobState,
     discardedSince: null,
     endpointsDisabled: 0,
     endpointsDisabledSince: null,
+    unattendedHandlers: [],
     tables: [],
     ...over,
   };
@@ -71,8 +72,8 @@ describe('alerts', () => {
   it('thresholds are configurable and -1 turns an alert off', () => {
     const f = facts({ backlog: { value: 50, estimated: false }, oldestUnfannedAt: at(3_600_000), poisoned: { value: 1, estimated: false } }, { discarded: 5 });
     expect(names(f)).toEqual(['events_backlog', 'events_poisoned', 'jobs_discarded']);
-    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10, endpointsDisabled: 0 })).toEqual(['events_backlog']);
-    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5, endpointsDisabled: 0 })).toEqual([]);
+    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10, endpointsDisabled: 0, handlerUnattendedMs: -1 })).toEqual(['events_backlog']);
+    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5, endpointsDisabled: 0, handlerUnattendedMs: -1 })).toEqual([]);
   });
 
   it('the registry is extensible: an extra evaluator is evaluated in order after the built-ins', () => {
@@ -82,6 +83,16 @@ describe('alerts', () => {
     };
     const alerts = evaluateAlerts(facts({ poisoned: { value: 1, estimated: false } }), thresholds, NOW, [...alertEvaluators, extra]);
     expect(alerts.map((a) => a.name)).toEqual(['events_poisoned', 'custom']);
+  });
+
+  it('handler_unattended names the handler nobody runs and how to forget it; several are listed; -1 turns it off', () => {
+    const one = facts({ unattendedHandlers: [{ name: 'old-sms', seenAt: at(2 * 3_600_000), waiting: 3 }] });
+    const [a] = evaluateAlerts(one, thresholds, NOW);
+    expect(a).toMatchObject({ name: 'handler_unattended', figure: 1, unit: 'handlers', since: at(2 * 3_600_000 - thresholds.handlerUnattendedMs) });
+    expect(a!.message).toBe("handler 'old-sms' has 3 waiting jobs and no running worker has had it for 2.0 h: start a process that runs it, or, if it is gone from the code, `rea handlers forget old-sms` (cancels its waiting jobs)");
+    const many = facts({ unattendedHandlers: ['a', 'b', 'c', 'd'].map((name, i) => ({ name, seenAt: at(3_600_000 - i), waiting: 1 })) });
+    expect(evaluateAlerts(many, thresholds, NOW)[0]!.message).toMatch(/^4 handlers have waiting jobs and no running worker \('a': 1 waiting job, 'b': 1 waiting job, 'c': 1 waiting job, …\): .*`rea handlers forget <name>`/);
+    expect(names(one, { ...thresholds, handlerUnattendedMs: -1 })).toEqual([]);
   });
 
   it('endpoint_disabled fires for any disabled webhook endpoint, since the earliest disable; -1 turns it off', () => {

@@ -8,12 +8,12 @@
 import type { OverviewFacts } from '../driver/operations.js';
 
 export interface Alert {
-  /** events_backlog, events_poisoned, jobs_discarded (webhooks add endpoint_disabled). */
+  /** events_backlog, events_poisoned, jobs_discarded, handler_unattended (webhooks add endpoint_disabled). */
   name: string;
   /** The observed value that breaches the threshold. */
   figure: number;
   threshold: number;
-  unit: 'events' | 'jobs' | 'ms' | 'endpoints';
+  unit: 'events' | 'jobs' | 'ms' | 'endpoints' | 'handlers';
   /** When the condition started to hold, as far as the rows still in breach tell. */
   since: Date | null;
   /** True when the figure is a planner estimate (see Overview.estimated). */
@@ -29,6 +29,8 @@ export interface AlertThresholds {
   eventsPoisoned: number;
   jobsDiscarded: number;
   endpointsDisabled: number;
+  /** ms without a heartbeat (see worker.heartbeatMs) after which a handler with waiting jobs is unattended. */
+  handlerUnattendedMs: number;
 }
 
 export interface AlertEvaluator {
@@ -106,7 +108,30 @@ export const endpointDisabledAlert: AlertEvaluator = {
   },
 };
 
-export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert, endpointDisabledAlert];
+/**
+ * A handler whose jobs wait while no running worker has it: removed or renamed in the code (the
+ * relay keeps routing to its stored subscription, and its events can never be trimmed), or every
+ * process that runs it is down. The facts hold only handlers past the threshold.
+ */
+export const handlerUnattendedAlert: AlertEvaluator = {
+  name: 'handler_unattended',
+  evaluate(f, t, now) {
+    const list = f.unattendedHandlers;
+    if (!on(t.handlerUnattendedMs) || list.length === 0) return null;
+    const first = list[0]!;
+    const jobs = (n: number) => plural(n, 'waiting job');
+    const what = list.length === 1
+      ? `handler '${first.name}' has ${jobs(first.waiting)} and no running worker has had it for ${formatMs(Math.max(0, now - first.seenAt.getTime()))}`
+      : `${list.length} handlers have waiting jobs and no running worker (${list.slice(0, 3).map((h) => `'${h.name}': ${jobs(h.waiting)}`).join(', ')}${list.length > 3 ? ', …' : ''})`;
+    return {
+      name: 'handler_unattended', figure: list.length, threshold: t.handlerUnattendedMs, unit: 'handlers',
+      since: new Date(first.seenAt.getTime() + t.handlerUnattendedMs), estimated: false,
+      message: `${what}: start a process that runs it, or, if it is gone from the code, \`rea handlers forget ${list.length === 1 ? first.name : '<name>'}\` (cancels its waiting jobs)`,
+    };
+  },
+};
+
+export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert, handlerUnattendedAlert, endpointDisabledAlert];
 
 export function evaluateAlerts(
   facts: OverviewFacts,

@@ -5,6 +5,7 @@ import { ReaError } from '../core/errors.js';
 import { captureCommand } from './capture.js';
 import { demoCommand } from './demo.js';
 import { endpointsCommand } from './endpoints.js';
+import { handlersCommand } from './handlers.js';
 import { eventsCommand } from './events.js';
 import { jobsCommand } from './jobs.js';
 import { migrateCommand } from './migrate.js';
@@ -33,7 +34,8 @@ export function program(options: { json?: boolean } = {}): Command {
     .addCommand(endpointsCommand())
     .addCommand(retentionCommand())
     .addCommand(eventsCommand())
-    .addCommand(jobsCommand());
+    .addCommand(jobsCommand())
+    .addCommand(handlersCommand());
   // Commander prints its own usage errors; throwing instead of exiting lets main() give them the
   // same exit code as rea's. Subcommands added with addCommand do not inherit this, so set it on each.
   const configure = (cmd: Command) => {

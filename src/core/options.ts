@@ -44,6 +44,8 @@ export const DEFAULTS = {
      * (about 200 ms of work), and a job that waits longer than half the lease margin is released.
      */
     prefetch: 500,
+    /** How often a running worker marks its handlers as had (handlers.seen_at; see handler_unattended). */
+    heartbeatMs: 60_000,
   },
   /** Debounce for the cross-process NOTIFY sent after rea sees a commit. */
   notifyDebounceMs: 3,
@@ -125,6 +127,11 @@ export const DEFAULTS = {
     jobsDiscarded: 0,
     /** endpoint_disabled: any webhook endpoint disabled (by 410, the 5-day health rule, or its owner). */
     endpointsDisabled: 0,
+    /**
+     * handler_unattended: a handler with waiting jobs that no running worker has had for this long
+     * (removed or renamed in the code, or every process running it is down). Several heartbeats.
+     */
+    handlerUnattendedMs: 15 * 60_000,
   },
   overview: {
     /** Counts are exact up to this many rows, planner estimates beyond (and marked as such). */
@@ -167,6 +174,7 @@ export const busOptionsSchema = z.object({
     completionBatchSize: positiveInt.optional(),
     leaseMarginMs: nonNegInt.optional(),
     prefetch: nonNegInt.max(100_000).optional(),
+    heartbeatMs: positiveInt.optional(),
   }).strict().optional(),
   notifyDebounceMs: nonNegInt.optional(),
   leader: z.object({ ttlMs: positiveInt.optional(), renewMs: positiveInt.optional() }).strict().optional(),
@@ -212,6 +220,7 @@ export const busOptionsSchema = z.object({
     eventsPoisoned: threshold.optional(),
     jobsDiscarded: threshold.optional(),
     endpointsDisabled: threshold.optional(),
+    handlerUnattendedMs: threshold.optional(),
   }).strict().optional(),
   overview: z.object({ exactCountLimit: positiveInt.max(10_000_000).optional() }).strict().optional(),
 });

@@ -62,12 +62,43 @@ export interface LeaderLease {
   readAt: Date;
 }
 
+/** A subscription as the handlers table holds it, with how much work waits for it. */
+export interface HandlerSummary {
+  name: string;
+  patterns: string[];
+  /** When a running worker last had this handler (its heartbeat). */
+  seenAt: Date;
+  /** Waiting (available, retryable) and running jobs, each counted up to the exact-count limit. */
+  waiting: number;
+  running: number;
+  /** The database's clock when read. */
+  readAt: Date;
+}
+
+export interface HandlerForgetResult {
+  /** False when no such handler exists, or it was seen within `unseenForMs`. */
+  forgotten: boolean;
+  /** Waiting jobs moved to cancelled. */
+  cancelled: number;
+  /** The handler's heartbeat when it was refused as still seen; null when it does not exist. */
+  seenAt: Date | null;
+}
+
 export interface AdminExecutor {
   eventList(params: EventListParams): Promise<EventSummary[]>;
   jobList(params: JobListParams): Promise<JobSummary[]>;
   /** Move waiting jobs (available, retryable) to discarded by an operator; returns the ids moved. */
   jobDiscard(params: { ids: string[]; now: Date | null }): Promise<string[]>;
   handlerNames(): Promise<string[]>;
+  handlerList(params: { countLimit: number }): Promise<HandlerSummary[]>;
+  /** The heartbeat of the handlers a running worker has (now, by the database's clock). */
+  handlersSeen(params: { names: string[] }): Promise<void>;
+  /**
+   * Delete a handler's row (the relay stops making jobs for it) and cancel its waiting jobs, in
+   * one statement; only when no running worker has had it for `unseenForMs` by the database's
+   * clock (null: whatever its heartbeat).
+   */
+  handlerForget(params: { name: string; unseenForMs: number | null; now: Date | null }): Promise<HandlerForgetResult>;
   leaderGet(): Promise<LeaderLease | null>;
   /** One trivial round trip: the database answers. */
   ping(): Promise<void>;

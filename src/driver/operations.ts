@@ -39,6 +39,11 @@ export interface OverviewFacts {
   /** Webhook endpoints in state disabled (few rows: always exact), and the earliest disabled_at among them. */
   endpointsDisabled: number;
   endpointsDisabledSince: Date | null;
+  /**
+   * Handlers no running worker has had (no heartbeat) for longer than the handler_unattended
+   * threshold that still have waiting jobs (counted up to the exact limit), longest unseen first.
+   */
+  unattendedHandlers: { name: string; seenAt: Date; waiting: number }[];
   /** Every table in rea's schema with pg_total_relation_size (heap, indexes and TOAST), in bytes. */
   tables: { name: string; totalBytes: number }[];
 }
@@ -58,7 +63,7 @@ export interface OperationsExecutor {
   appColumnType(params: { table: AppTableName; column: string }): Promise<string | null>;
 
   /** Counts exact up to `exactLimit`, planner-estimated beyond; `backlogThreshold` places backlogCrossedAt. */
-  overviewFacts(params: { exactLimit: number; backlogThreshold: number }): Promise<OverviewFacts>;
+  overviewFacts(params: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts>;
   /** Handlers every bus has registered (from the handlers table), for the consume-record window. */
   handlerSchedules(): Promise<HandlerScheduleRow[]>;
 

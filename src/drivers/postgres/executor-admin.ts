@@ -1,6 +1,6 @@
 // The AdminExecutor for PostgreSQL dialects (pg and PGlite share it): runs the admin statements
 // and maps rows to rea's own types.
-import type { AdminExecutor, EventListParams, EventState, EventSummary, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
+import type { AdminExecutor, EventListParams, EventState, EventSummary, HandlerForgetResult, HandlerSummary, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
 import type { Queryable } from '../../driver/types.js';
 import { mapJob } from './executor.js';
 import { patternToLike } from './patterns.js';
@@ -42,6 +42,22 @@ export class PostgresAdminExecutor implements AdminExecutor {
   async handlerNames(): Promise<string[]> {
     const { rows } = await this.pool.query<Row>(this.sql.handlerNames);
     return rows.map((r) => r.name as string);
+  }
+
+  async handlerList(p: { countLimit: number }): Promise<HandlerSummary[]> {
+    const { rows } = await this.pool.query<Row>(this.sql.handlerList, [p.countLimit]);
+    return rows.map((r) => ({ name: r.name, patterns: r.patterns, seenAt: r.seen_at, waiting: r.waiting, running: r.running, readAt: r.read_at }));
+  }
+
+  async handlersSeen(p: { names: string[] }): Promise<void> {
+    if (p.names.length === 0) return;
+    await this.pool.query(this.sql.handlersSeen, [p.names]);
+  }
+
+  async handlerForget(p: { name: string; unseenForMs: number | null; now: Date | null }): Promise<HandlerForgetResult> {
+    const { rows } = await this.pool.query<Row>(this.sql.handlerForget, [p.name, p.unseenForMs, p.now]);
+    const r = rows[0]!;
+    return { forgotten: r.forgotten > 0, cancelled: r.cancelled, seenAt: r.seen_at ?? null };
   }
 
   async leaderGet(): Promise<LeaderLease | null> {

@@ -67,10 +67,10 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     return rows[0]?.type ?? null;
   }
 
-  async overviewFacts(p: { exactLimit: number; backlogThreshold: number }): Promise<OverviewFacts> {
+  async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts> {
     const cap = p.exactLimit + 1;
     const [{ rows }, sizes] = await Promise.all([
-      this.pool.query<Row>(this.sql.overviewFacts, [cap, Math.max(0, p.backlogThreshold)]),
+      this.pool.query<Row>(this.sql.overviewFacts, [cap, Math.max(0, p.backlogThreshold), p.handlerUnattendedMs]),
       this.pool.query<Row>(this.sql.tableSizes, [this.schema]),
     ]);
     const r = rows[0]!;
@@ -93,6 +93,8 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       discardedSince: r.discarded_since ?? null,
       endpointsDisabled: Number(r.endpoints_disabled ?? 0),
       endpointsDisabledSince: r.endpoints_disabled_since ?? null,
+      unattendedHandlers: (typeof r.unattended_handlers === 'string' ? JSON.parse(r.unattended_handlers) : r.unattended_handlers ?? [])
+        .map((h: Row) => ({ name: h.name as string, seenAt: new Date(h.seen_at), waiting: Number(h.waiting) })),
       tables: sizes.rows.map((t) => ({ name: t.name as string, totalBytes: Number(t.total_bytes) })),
     };
   }

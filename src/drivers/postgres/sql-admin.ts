@@ -63,6 +63,40 @@ returning id::text as id`,
 
     handlerNames: /* sql */ `select name from ${s}.handlers order by name`,
 
+    // Counts read jobs_claim_idx (waiting) and jobs_lease_idx (running), stopping at $1.
+    handlerList: /* sql */ `
+select h.name, h.patterns, h.seen_at, now() as read_at,
+  (select count(*) from (select 1 from ${s}.jobs j
+     where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = h.name limit $1) w)::int as waiting,
+  (select count(*) from (select 1 from ${s}.jobs j
+     where j.state = 'running' and j.kind = 'handler' and j.target = h.name limit $1) r)::int as running
+from ${s}.handlers h
+order by h.name`,
+
+    handlersSeen: /* sql */ `update ${s}.handlers set seen_at = now() where name = any($1::text[])`,
+
+    // The row goes (so the relay routes nothing more to it) and its waiting jobs are cancelled,
+    // with a line in their history; running jobs are left to finish (or to the rescuer). The last
+    // column reads the row as it was before the delete: why nothing was forgotten.
+    handlerForget: /* sql */ `
+with gone as (
+  delete from ${s}.handlers
+  where name = $1 and ($2::float8 is null or seen_at < now() - $2::float8 * interval '1 millisecond')
+  returning name
+), cancelled as (
+  update ${s}.jobs
+  set state = 'cancelled', finalized_at = coalesce($3::timestamptz, now()), lease_expires_at = null,
+      errors = errors || jsonb_build_array(jsonb_build_object(
+        'at', coalesce($3::timestamptz, now()), 'attempt', attempt, 'name', 'HandlerForgotten',
+        'message', 'cancelled: its handler was forgotten (rea handlers forget)'))
+  where kind = 'handler' and target = $1 and state in ('available', 'retryable')
+    and exists (select 1 from gone)
+  returning 1
+)
+select (select count(*) from gone)::int as forgotten,
+       (select count(*) from cancelled)::int as cancelled,
+       (select seen_at from ${s}.handlers where name = $1) as seen_at`,
+
     leaderGet: /* sql */ `
 select leader_id, elected_at, expires_at, now() as read_at
 from ${s}.leader where name = 'default'`,

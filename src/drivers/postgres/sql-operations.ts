@@ -156,7 +156,15 @@ select
   ${capped(`${s}.jobs`, `state = 'cancelled' and finalized_at is not null`)} as cancelled,
   (select min(finalized_at) from ${s}.jobs where state = 'discarded' and finalized_at is not null) as discarded_since,
   (select count(*) from ${s}.endpoints where state = 'disabled')::int as endpoints_disabled,
-  (select min(disabled_at) from ${s}.endpoints where state = 'disabled') as endpoints_disabled_since`,
+  (select min(disabled_at) from ${s}.endpoints where state = 'disabled') as endpoints_disabled_since,
+  -- Handlers no running worker has had for $3 ms (-1: not asked) that still have waiting jobs.
+  (select coalesce(json_agg(json_build_object('name', u.name, 'seen_at', u.seen_at, 'waiting', u.waiting) order by u.seen_at, u.name), '[]'::json)
+   from (select h.name, h.seen_at,
+           (select count(*) from (select 1 from ${s}.jobs j
+              where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = h.name limit $1) w)::int as waiting
+         from ${s}.handlers h
+         where $3::float8 >= 0 and h.seen_at < now() - $3::float8 * interval '1 millisecond') u
+   where u.waiting > 0) as unattended_handlers`,
 
     /** The planner's row estimate for one figure, used once the exact count passed the limit. */
     estimate: {

@@ -214,4 +214,14 @@ alter table {schema}.consumes set (autovacuum_vacuum_scale_factor = 0.02);
 alter table {schema}.webhook_attempts set (autovacuum_vacuum_scale_factor = 0.02);
 `,
   },
+  {
+    version: 6,
+    name: 'handler_seen',
+    // When a running worker last had each handler. A handler removed from the code keeps its row
+    // (the relay still routes to it: an outage must not drop deliveries), so the overview needs
+    // this to tell "nobody runs it any more" from "its workers are busy".
+    sql: /* sql */ `
+alter table {schema}.handlers add column seen_at timestamptz not null default now();
+`,
+  },
 ];

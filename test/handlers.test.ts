@@ -1,0 +1,105 @@
+// Handlers removed or renamed in the code: their stored subscription keeps the relay making jobs
+// nobody runs, which pins their events past retention. The heartbeat tells such a handler from a
+// busy one (handler_unattended), and forgetting it stops the jobs and lets retention trim again.
+import { describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { main } from '../src/cli/main.js';
+import { BusStateError, defineEvents, NotFoundError } from '../src/index.js';
+import { PG_URL, targets, testBus } from './helpers/db.js';
+
+const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe.each(targets)('stored handlers on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('a handler gone from the code is unattended once its heartbeat is old; forgetting it cancels its jobs and lets retention trim its events', async () => {
+    // v1 of the service runs 'old-sms', then is replaced by v2, which has only 'sms'.
+    const v1 = await testBus(target, events, { relay: { enabled: false } });
+    v1.on('order.placed', 'old-sms', () => {});
+    await v1.start();
+    await v1.stop();
+    const v2 = await testBus(target, events, {
+      schema: v1.schema, alerts: { handlerUnattendedMs: 200 }, worker: { heartbeatMs: 50 },
+      retention: { enabled: false, events: { olderThanMs: 1 } },
+    });
+    v2.on('order.placed', 'sms', () => {});
+    const done = v2.lifecycle.waitFor('job:completed');
+    await v2.start();
+    const id = await v2.transaction((tx) => v2.record(tx, 'order.placed', { n: 1 }));
+    await done;
+    await sleep(300); // past the threshold: 'sms' is refreshed every 50 ms, 'old-sms' never again
+
+    const jobs = Object.fromEntries((await v2.jobs.forEvent(id)).map((j) => [j.target, j.state]));
+    expect(jobs).toEqual({ sms: 'completed', 'old-sms': 'available' });
+    const alerts = (await v2.overview()).alerts.filter((a) => a.name === 'handler_unattended');
+    expect(alerts).toHaveLength(1);
+    expect(alerts[0]!.message).toMatch(/^handler 'old-sms' has 1 waiting job and no running worker has had it for .*`rea handlers forget old-sms`/);
+    const listed = Object.fromEntries((await v2.handlers.list()).map((h) => [h.name, h]));
+    expect(listed['old-sms']).toMatchObject({ patterns: ['order.placed'], waiting: 1, running: 0 });
+    expect(listed.sms).toMatchObject({ waiting: 0 });
+    expect(listed.sms!.readAt.getTime() - listed.sms!.seenAt.getTime()).toBeLessThan(200);
+    // Its waiting job pins the event: retention leaves it.
+    expect((await v2.retention.run()).rules.find((r) => r.rule === 'events')!.removed).toBe(0);
+
+    // Refused for a handler that is here, or was had recently; unknown names are NotFound.
+    await expect(v2.handlers.forget('sms')).rejects.toBeInstanceOf(BusStateError);
+    await expect(v2.handlers.forget('nosuch')).rejects.toBeInstanceOf(NotFoundError);
+    expect(await v2.handlers.forget('old-sms')).toEqual({ cancelled: 1 });
+    const [cancelled] = (await v2.jobs.forEvent(id)).filter((j) => j.target === 'old-sms');
+    expect(cancelled).toMatchObject({ state: 'cancelled' });
+    expect(cancelled!.errors.at(-1)).toMatchObject({ name: 'HandlerForgotten' });
+    expect((await v2.overview()).alerts.map((a) => a.name)).not.toContain('handler_unattended');
+
+    // New events get no job for it, and retention can trim the old event again.
+    const next = v2.lifecycle.waitFor('job:completed');
+    const later = await v2.transaction((tx) => v2.record(tx, 'order.placed', { n: 2 }));
+    await next;
+    expect((await v2.jobs.forEvent(later)).map((j) => j.target)).toEqual(['sms']);
+    const removed = (await v2.retention.run()).rules.find((r) => r.rule === 'events')!.removed;
+    expect(removed).toBeGreaterThanOrEqual(1);
+    expect(await v2.events.get(id)).toBeNull();
+  });
+
+  test('a handler a running worker has is never unattended, however long its jobs wait, and forget refuses it without force', async () => {
+    const worker = await testBus(target, events, { relay: { enabled: false }, worker: { heartbeatMs: 50 } });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    worker.on('order.placed', 'slow', () => held, { concurrency: 1 });
+    await worker.start();
+    const admin = await testBus(target, events, { schema: worker.schema, relay: { enabled: false }, worker: { enabled: false }, alerts: { handlerUnattendedMs: 200 } });
+    await admin.start();
+    for (let n = 0; n < 3; n++) await admin.transaction((tx) => admin.record(tx, 'order.placed', { n }));
+    await admin.relayOnce();
+    await sleep(400);
+    const listed = (await admin.handlers.list()).find((h) => h.name === 'slow')!;
+    expect(listed.waiting + listed.running).toBe(3);
+    expect((await admin.overview()).alerts.map((a) => a.name)).not.toContain('handler_unattended');
+    await expect(admin.handlers.forget('slow')).rejects.toThrow(/was had by a running worker at .*: stop it first, or pass force/);
+    release();
+  });
+});
+
+describe('rea handlers', () => {
+  it.skipIf(!targets[1]!.available)('list and forget from the command line', async () => {
+    const target = targets[1]!;
+    const v1 = await testBus(target, events, { relay: { enabled: false } });
+    v1.on('order.placed', 'gone', () => {});
+    await v1.start();
+    await v1.stop();
+    const out: string[] = [];
+    vi.spyOn(console, 'log').mockImplementation((...m: unknown[]) => void out.push(m.join(' ')));
+    vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void out.push(m.join(' ')));
+    const db = ['--database-url', PG_URL, '--schema', v1.schema];
+    try {
+      await main(['node', 'rea', 'handlers', 'list', ...db]);
+      expect(out.pop()).toMatch(/^gone {2}order\.placed {2}waiting 0 · running 0 · last had by a worker .* ago$/);
+      await main(['node', 'rea', 'handlers', 'forget', 'gone', '--force', '--json', ...db]);
+      expect(JSON.parse(out.pop()!)).toEqual({ handler: 'gone', cancelled: 0 });
+      await main(['node', 'rea', 'handlers', 'list', '--json', ...db]);
+      expect(JSON.parse(out.pop()!)).toEqual([]);
+    } finally {
+      vi.restoreAllMocks();
+    }
+  });
+});
