@@ -58,7 +58,7 @@ export interface BusOptions<S extends EventSchemas> {
   poolSize?: number;
   /** Names this process in leases and job rows (default host:pid:random). */
   instanceId?: string;
-  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number; concurrency?: number };
+  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number; concurrency?: number; handOff?: boolean };
   worker?: {
     enabled?: boolean; concurrency?: number; minPollMs?: number; maxPollMs?: number;
     completionFlushMs?: number; completionBatchSize?: number; leaseMarginMs?: number; prefetch?: number;
