@@ -245,7 +245,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     secretGraceMs: webhookOptions.secretGraceMs,
   };
   const webhooksRun = webhookOptions.enabled !== false;
-  const channels = [new HandlerChannel(driver, handlers, clock), ...(webhooksRun ? [new WebhookChannel(driver, webhookSettings, { lifecycle, clock })] : [])];
+  const channels = [new HandlerChannel(driver, handlers, clock, leaseMarginMs), ...(webhooksRun ? [new WebhookChannel(driver, webhookSettings, { lifecycle, clock })] : [])];
   const worker = new Worker(driver, channels, workerOptions, { lifecycle, log, clock, workerId: instanceId });
   const webhookApi = createWebhookApi(driver, webhookSettings, {
     lifecycle, clock, knownTypes: catalog.types,

@@ -1,9 +1,9 @@
 // Handlers: routing, retries, discards, timeouts, permanent/retryAfter, transactional exactly-once,
-// trace propagation and stop().
-import { describe, expect, it } from 'vitest';
+// trace propagation, leases across processes and stop().
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, permanent, retryAfter, type HandlerContext } from '../src/index.js';
-import { quickBackoff, targets, testBus } from './helpers/db.js';
+import { createBus, defineEvents, permanent, retryAfter, type HandlerContext } from '../src/index.js';
+import { freshSchema, quickBackoff, targets, testBus } from './helpers/db.js';
 import { deferred } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -242,6 +242,55 @@ describe.each(targets)('delivery on $name', (target) => {
     await bus.driver.transaction((q) => bus.record(q, 'order.created', { orderNo: 'Q' }));
     await done;
     expect(seen).toEqual(['Q']);
+  });
+
+  // A rolling deploy: v2 shortens the handler's timeout and starts last, so the handlers row says
+  // 100 ms; v1's worker still runs the job for up to its own 5 s. Its lease must cover that run.
+  test.each(['claimed', 'handed off'])('a %s job is leased for the timeout of the worker running it, not the one the last process registered', async (path) => {
+    const schema = freshSchema();
+    const handOff = path === 'handed off';
+    const common = { database: target.database(), schema, events, rescuer: { intervalMs: 50 } } as const;
+    // Only v1's relay may hand off to v1's worker; for 'claimed' it fans out without hand-off.
+    const v1 = createBus({ ...common, relay: { maxPollMs: 20, handOff }, worker: { maxPollMs: 20, leaseMarginMs: 200 } });
+    const v2 = createBus({ ...common, relay: { enabled: !handOff, maxPollMs: 20 }, worker: { enabled: false, leaseMarginMs: 200 } });
+    onTestFinished(async () => {
+      await v1.stop({ timeoutMs: 2000 });
+      await v2.stop();
+      await target.query(`drop schema if exists "${schema}" cascade`);
+    });
+    await v1.migrate();
+    const runs: number[] = [];
+    const started = deferred();
+    const release = deferred();
+    v1.on('order.created', 'slow', async (_e, ctx) => {
+      runs.push(ctx.attempt);
+      started.resolve();
+      await release.promise;
+    }, { timeoutMs: 5000 });
+    await v1.start();
+    v2.on('order.created', 'slow', () => {}, { timeoutMs: 100 });
+    await v2.start(); // the last to start writes the handlers row: lease 100 + 200 ms
+    const handed: string[] = [];
+    v1.lifecycle.on('jobs:handed-off', (e) => handed.push(...e.jobIds));
+    const completed = v1.lifecycle.waitFor('job:completed');
+
+    const id = await v1.transaction((tx) => v1.record(tx, 'order.created', { orderNo: 'L' }));
+    await started.promise;
+    const [row] = await target.query(
+      `select attempted_at, lease_ms, extract(epoch from lease_expires_at - attempted_at) * 1000 as leased_for
+       from "${schema}".jobs where event_id = $1`, [id]);
+    expect(Number(row.leased_for)).toBe(5000 + 200);
+    expect(row.lease_ms).toBe(5000 + 200); // the row tells the lease actually taken
+    // The rescuer's statement at a moment past the lease v2 registered, while v1's run goes on.
+    const later = new Date(row.attempted_at.getTime() + 1000);
+    expect(await v1.driver.executor.jobRescue({ limit: 10, now: later })).toEqual({ rescued: 0, discarded: 0 });
+    release.resolve();
+    const done = await completed;
+    expect(done.attempt).toBe(1);
+    expect(runs).toEqual([1]);
+    const [job] = await v1.jobs.forEvent(id);
+    expect(job).toMatchObject({ state: 'completed', attempt: 1, errors: [] });
+    expect(handed).toEqual(handOff ? [done.jobId] : []);
   });
 
   test('stop() waits for running handlers, then aborts those past its timeout and returns them to the queue', async () => {

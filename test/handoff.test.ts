@@ -35,10 +35,12 @@ async function handSetup(target: Target, handlers: string[]) {
     await target.query(`drop schema if exists "${schema}" cascade`);
   });
   const record = (n: number) => bus.transaction((tx) => bus.record(tx, 'order.created', { n }));
-  const fanOut = (limit: number, handOff?: { targets: { target: string; limit: number }[]; limit: number }) =>
+  const fanOut = (limit: number, handOff?: { targets: { target: string; limit: number; leaseMs: number }[]; limit: number }) =>
     driver.executor.eventFanOut(driver, { limit, now: null, handOff: handOff && { workerId: 'worker-w', ...handOff } });
-  const jobs = () => target.query<{ event_id: string; target: string; state: string; attempt: number; attempted_by: string | null; leased: boolean }>(
-    `select event_id::text, target, state, attempt, attempted_by, lease_expires_at is not null as leased from "${schema}".jobs order by id`);
+  const jobs = () => target.query<{ event_id: string; target: string; state: string; attempt: number; attempted_by: string | null; leased: boolean; lease_ms: number; leased_for: number | null }>(
+    `select event_id::text, target, state, attempt, attempted_by, lease_expires_at is not null as leased, lease_ms,
+            (extract(epoch from lease_expires_at - attempted_at) * 1000)::int as leased_for
+     from "${schema}".jobs order by id`);
   return { bus, driver, schema, record, fanOut, jobs };
 }
 
@@ -73,19 +75,21 @@ describe.each(targets)('hand-off on $name', (target) => {
     expect(row.attempted_by).toBe('solo');
   });
 
-  test('handed-off jobs are running, attempt 1, leased to the worker; at most the room offered, per handler and in all', async () => {
+  test('handed-off jobs are running, attempt 1, leased to the worker for its own lease; at most the room offered, per handler and in all', async () => {
     const s = await handSetup(target, ['a', 'b']);
     for (let n = 1; n <= 3; n++) await s.record(n);
-    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 1 }, { target: 'b', limit: 3 }], limit: 3 });
+    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 1, leaseMs: 1500 }, { target: 'b', limit: 3, leaseMs: 2500 }], limit: 3 });
     expect(round.jobs).toBe(6);
     // Oldest events first, 3 in all: a's first job (its limit is 1), then b's first two.
     expect(round.handedOff.map((j) => [j.target, (j.event.payload as { n: number }).n])).toEqual([['a', 1], ['b', 1], ['b', 2]]);
     for (const j of round.handedOff) expect(j).toMatchObject({ kind: 'handler', attempt: 1, eventFound: true, event: { type: 'order.created' } });
     const rows = await s.jobs();
     expect(rows.filter((r) => r.state === 'running')).toHaveLength(3);
+    // The worker's lease, not the handlers row's (handSetup's bus registered 30 s + 5 s for both).
+    const lease = { a: 1500, b: 2500 } as Record<string, number>;
     for (const r of rows) {
-      if (r.state === 'running') expect(r).toMatchObject({ attempt: 1, attempted_by: 'worker-w', leased: true });
-      else expect(r).toMatchObject({ state: 'available', attempt: 0, attempted_by: null, leased: false });
+      if (r.state === 'running') expect(r).toMatchObject({ attempt: 1, attempted_by: 'worker-w', leased: true, lease_ms: lease[r.target], leased_for: lease[r.target] });
+      else expect(r).toMatchObject({ state: 'available', attempt: 0, attempted_by: null, leased: false, lease_ms: 35_000 });
     }
   });
 
@@ -94,9 +98,9 @@ describe.each(targets)('hand-off on $name', (target) => {
     await s.record(1);
     await s.fanOut(1); // another process's relay, no worker: a's and b's jobs for event 1 wait
     await s.record(2);
-    await s.driver.executor.jobClaim({ workerId: 'other', targets: [{ kind: 'handler', target: 'b', limit: 1 }], limit: 1, now: null });
+    await s.driver.executor.jobClaim({ workerId: 'other', targets: [{ kind: 'handler', target: 'b', limit: 1, leaseMs: 35_000 }], limit: 1, now: null });
     // Now only a's job for event 1 waits: a gets nothing handed off, b (nothing waiting) does.
-    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 5 }, { target: 'b', limit: 5 }], limit: 10 });
+    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 5, leaseMs: 35_000 }, { target: 'b', limit: 5, leaseMs: 35_000 }], limit: 10 });
     expect(round.handedOff.map((j) => j.target)).toEqual(['b']);
     const waitingForA = (await s.jobs()).filter((r) => r.target === 'a').map((r) => r.state);
     expect(waitingForA).toEqual(['available', 'available']);
@@ -108,7 +112,7 @@ describe.each(targets)('hand-off on $name', (target) => {
     let reserved = 0;
     const handed: ClaimedJob[][] = [];
     const worker = {
-      reserveHandOff: (): FanOutHandOff => (reserved++, { workerId: 'worker-w', targets: [{ target: 'a', limit: 2 }], limit: 2 }),
+      reserveHandOff: (): FanOutHandOff => (reserved++, { workerId: 'worker-w', targets: [{ target: 'a', limit: 2, leaseMs: 35_000 }], limit: 2 }),
       acceptHandOff: (_r: FanOutHandOff, jobs: ClaimedJob[]) => void handed.push(jobs),
     };
     const silent = { debug() {}, info() {}, warn() {}, error() {}, child: () => silent };
@@ -130,7 +134,7 @@ describe.each(targets)('hand-off on $name', (target) => {
   test('a handed-off job whose worker died is rescued after its lease and runs once elsewhere', async () => {
     const s = await handSetup(target, ['a']);
     const id = await s.record(1);
-    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 1 }], limit: 1 });
+    const round = await s.fanOut(10, { targets: [{ target: 'a', limit: 1, leaseMs: 35_000 }], limit: 1 });
     expect(round.handedOff).toHaveLength(1);
     // worker-w never runs it (its process is gone). Past the lease, the rescuer returns it.
     const later = new Date(Date.now() + 10 * 60_000);
@@ -138,7 +142,7 @@ describe.each(targets)('hand-off on $name', (target) => {
     const [job] = await s.bus.jobs.forEvent(id);
     expect(job).toMatchObject({ state: 'retryable', attempt: 1 });
     expect(job!.errors[0]!.name).toBe('LeaseExpired');
-    const again = await s.driver.executor.jobClaim({ workerId: 'w2', targets: [{ kind: 'handler', target: 'a', limit: 5 }], limit: 5, now: later });
+    const again = await s.driver.executor.jobClaim({ workerId: 'w2', targets: [{ kind: 'handler', target: 'a', limit: 5, leaseMs: 35_000 }], limit: 5, now: later });
     expect(again.map((j) => [j.event.id, j.attempt])).toEqual([[id, 2]]);
   });
 

@@ -1,15 +1,16 @@
 // Webhooks end to end: endpoints, fan-out, signed delivery through real HTTP receivers, retries
 // and Retry-After, endpoint health, SSRF at create and at delivery, attempt log, resend/replay.
 import { Webhook } from 'standardwebhooks';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
-import { defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
-import { targets, testBus } from './helpers/db.js';
+import { freshSchema, targets, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
+import { deferred } from './helpers/signals.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -273,6 +274,42 @@ describe.each(targets)('webhooks on $name', (target) => {
     expect(lease).toBeGreaterThan(400 + 2000);
     const [attempt] = await bus.events.attempts(eventId);
     expect(attempt).toMatchObject({ outcome: 'failure', status: null, error: 'timed out after 400 ms' });
+  });
+
+  test('a delivery is leased for the HTTP timeout of the worker sending it, not that of the process that fanned it out', async () => {
+    const schema = freshSchema();
+    const common = { database: target.database(), schema, events, rescuer: { intervalMs: 50 } } as const;
+    // v2 fans out (relay only) with a 100 ms HTTP timeout; v1 delivers with 5 s.
+    const v1 = createBus({ ...common, relay: { enabled: false }, worker: { maxPollMs: 20, leaseMarginMs: 200 },
+      webhooks: { allowPrivateNetworks: true, timeoutMs: 5000 } });
+    const v2 = createBus({ ...common, relay: { maxPollMs: 20 }, worker: { enabled: false, leaseMarginMs: 200 },
+      webhooks: { allowPrivateNetworks: true, timeoutMs: 100 } });
+    onTestFinished(async () => {
+      await v1.stop({ timeoutMs: 2000 });
+      await v2.stop();
+      await target.query(`drop schema if exists "${schema}" cascade`);
+    });
+    await v1.migrate();
+    const release = deferred();
+    const r = await receiver((_q, res) => void release.promise.then(() => res.end('ok')));
+    await v1.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await v1.start();
+    await v2.start();
+    const completed = v1.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+
+    const eventId = await v1.transaction((tx) => v1.record(tx, 'order.created', { orderNo: 'slow-v2' }));
+    await r.nth(1);
+    const [row] = await target.query(
+      `select attempted_at, lease_ms, extract(epoch from lease_expires_at - attempted_at) * 1000 as leased_for
+       from "${schema}".jobs where event_id = $1`, [eventId]);
+    expect(Number(row.leased_for)).toBe(5000 + 2000 + 200);
+    expect(row.lease_ms).toBe(5000 + 2000 + 200);
+    // The rescuer's statement past the lease v2 would have given (100 + 2000 + 200 ms), mid-request.
+    const later = new Date(row.attempted_at.getTime() + 3000);
+    expect(await v1.driver.executor.jobRescue({ limit: 10, now: later })).toEqual({ rescued: 0, discarded: 0 });
+    release.resolve();
+    expect((await completed).attempt).toBe(1);
+    expect(r.received).toHaveLength(1);
   });
 
   test('a huge response is cut at 64 KiB: the delivery succeeds and the receiver sees the connection dropped', async () => {

@@ -52,12 +52,19 @@ export interface HandlerSubscription {
   patterns: string[];
   coalesceSubject: boolean;
   maxAttempts: number;
-  /** How long a claimed job is leased: handler timeout plus a margin, so live work is never rescued. */
+  /**
+   * This process's lease for the handler (its timeout plus a margin), kept in the handlers table
+   * for retention and operators. A job is leased by its worker's own ClaimTarget.leaseMs, never by
+   * this: processes may disagree on a handler's timeout (a rolling deploy), the last to start wins.
+   */
   leaseMs: number;
   priority: number;
 }
 
-/** How the relay makes webhook jobs: attempts, lease (longer than the HTTP timeout), delay while failing. */
+/**
+ * How the relay makes webhook jobs: attempts, lease (longer than the HTTP timeout; recorded on the
+ * job until a worker claims it with its own), delay while failing.
+ */
 export interface WebhookFanOut {
   maxAttempts: number;
   leaseMs: number;
@@ -71,7 +78,8 @@ export interface WebhookFanOut {
  */
 export interface FanOutHandOff {
   workerId: string;
-  targets: { target: string; limit: number }[];
+  /** leaseMs as in ClaimTarget: the worker's own lease for a job of that handler. */
+  targets: { target: string; limit: number; leaseMs: number }[];
   limit: number;
 }
 
@@ -131,6 +139,11 @@ export interface ClaimTarget {
   kind: JobKind;
   target: string;
   limit: number;
+  /**
+   * How long the claiming worker leases each job: longer than it lets the run take (its own
+   * timeout plus a margin), so the rescuer never frees a job while this worker still runs it.
+   */
+  leaseMs: number;
 }
 
 export interface StatusCounts {

@@ -217,7 +217,7 @@ export class Worker {
     const limit = Math.min(room, targets.reduce((n, t) => n + t.limit, 0));
     for (const t of targets) this.reserved.set(t.target, (this.reserved.get(t.target) ?? 0) + t.limit);
     this.reservedTotal += limit;
-    return { workerId: this.deps.workerId, targets: targets.map((t) => ({ target: t.target, limit: t.limit })), limit };
+    return { workerId: this.deps.workerId, targets: targets.map((t) => ({ target: t.target, limit: t.limit, leaseMs: t.leaseMs })), limit };
   }
 
   /** End a reservation: start or buffer the jobs the round handed over (none when it failed). */
@@ -291,8 +291,10 @@ export class Worker {
   private dispatch(): void {
     if (this.buffer.length === 0 || this.stopping) return;
     // A job must start well inside its lease: its timeout then fires before the lease expires,
-    // so the rescuer never hands a job that is still running to another worker. The buffer is in
-    // claim order, so the stale ones are at its head.
+    // so the rescuer never hands a job that is still running to another worker. That holds
+    // because the lease is this worker's own (the channel's timeout plus leaseMarginMs, see
+    // ClaimTarget.leaseMs), whatever another process registered. The buffer is in claim order,
+    // so the stale ones are at its head.
     const staleBefore = performance.now() - this.options.leaseMarginMs / 2;
     let head = 0;
     while (head < this.buffer.length && this.buffer[head]!.claimedAt < staleBefore) {

@@ -1,5 +1,5 @@
 // The handler channel as the worker sees it: claim per registered handler within its own
-// concurrency, back off per the handler's schedule, run through runHandler.
+// concurrency, leased for its own timeout, back off per the handler's schedule, run through runHandler.
 import type { Clock } from '../../core/clock.js';
 import type { LazyLogger } from '../../core/logger.js';
 import type { JobAbort } from '../../worker/abort.js';
@@ -15,13 +15,15 @@ export class HandlerChannel implements JobChannel {
     private readonly driver: Driver,
     private readonly handlers: ReadonlyMap<string, RegisteredHandler>,
     private readonly clock: Clock,
+    /** Added to a handler's timeout to form the lease of the jobs this process claims. */
+    private readonly leaseMarginMs: number,
   ) {}
 
   claimTargets(free: number, running: (target?: string) => number): ClaimTarget[] {
     const targets: ClaimTarget[] = [];
     for (const h of this.handlers.values()) {
       const room = Math.min(free, h.concurrency - running(h.name));
-      if (room > 0) targets.push({ kind: 'handler', target: h.name, limit: room });
+      if (room > 0) targets.push({ kind: 'handler', target: h.name, limit: room, leaseMs: h.timeoutMs + this.leaseMarginMs });
     }
     return targets;
   }

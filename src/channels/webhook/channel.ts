@@ -172,7 +172,7 @@ export class WebhookChannel implements JobChannel {
 
   claimTargets(free: number, running: (target?: string) => number): ClaimTarget[] {
     const room = Math.min(free, this.settings.concurrency - running());
-    return room > 0 ? [{ kind: 'webhook', target: '*', limit: room }] : [];
+    return room > 0 ? [{ kind: 'webhook', target: '*', limit: room, leaseMs: this.settings.leaseMs }] : [];
   }
 
   canStart(_job: ClaimedJob, running: (target?: string) => number): boolean {

@@ -41,7 +41,9 @@ export class PostgresExecutor implements Executor {
     const { rows } = p.onlyId
       ? await q.query<Row>(this.sql.eventFanOutOne, [...params, p.onlyId])
       : h
-        ? await q.query<Row>(this.sql.eventFanOutHandOff, [...params, h.workerId, h.targets.map((t) => t.target), h.targets.map((t) => t.limit), h.limit])
+        ? await q.query<Row>(this.sql.eventFanOutHandOff, [
+          ...params, h.workerId, h.targets.map((t) => t.target), h.targets.map((t) => t.limit), h.limit, h.targets.map((t) => t.leaseMs),
+        ])
         : await q.query<Row>(this.sql.eventFanOut, params);
     const row = rows[0]!;
     const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
@@ -101,7 +103,7 @@ export class PostgresExecutor implements Executor {
     if (p.targets.length === 0 || p.limit <= 0) return [];
     const { rows } = await this.pool.query<Row>(this.sql.jobClaim, [
       p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
-      p.limit, p.now, p.workerId,
+      p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
     ]);
     return rows.map((r) => ({
       id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,

@@ -2,8 +2,11 @@
 // runs it. `s` is the already-quoted schema. Time comes in as a parameter: coalesce($now, now()).
 
 export function postgresStatements(s: string) {
-  // With handOff, $6-$9 describe the worker that takes jobs in memory (see offered below);
+  // With handOff, $6-$10 describe the worker that takes jobs in memory (see offered below);
   // without, the statement has no hand-off part at all, so a round that offers none pays nothing.
+  // A queued job's lease_ms is only the fanning side's view (the handlers row, written by whichever
+  // process started last; $4 for webhooks): a claim (jobClaim) or a hand-off replaces it with the
+  // lease of the worker that takes the job, which is the one its run is timed by.
   const fanOut = (filter: string, handOff: boolean) => /* sql */ `
 with claimed as (
   select ctid, id, type, subject, payload, trace_id, created_by, version, created_at,
@@ -28,16 +31,17 @@ with claimed as (
    order by name, coalesce_key, event_id desc)
 ${handOff ? /* sql */ `), offered as (
   -- Hand-off: the worker of the process running this round has room for up to lim more jobs of
-  -- these handlers ($7, $8; $6 is its id). Offered only where no job of that handler is waiting
-  -- due in the queue, so a handed-off job never overtakes an older one.
-  select t.target, t.lim
-  from unnest($7::text[], $8::int[]) as t(target, lim)
+  -- these handlers, each leased for lease_ms ($7, $8, $10; $6 is its id). Offered only where no
+  -- job of that handler is waiting due in the queue, so a handed-off job never overtakes an older one.
+  select t.target, t.lim, t.lease_ms
+  from unnest($7::text[], $8::int[], $10::int[]) as t(target, lim, lease_ms)
   where not exists (
     select 1 from ${s}.jobs q
     where q.state in ('available', 'retryable') and q.kind = 'handler' and q.target = t.target
       and q.scheduled_at <= coalesce($2::timestamptz, now()))
 ), ranked as (
-  select p.*, coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
+  select p.*, o.lease_ms as offered_lease_ms,
+         coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
   from picked p left join offered o on o.target = p.name
 ), handed as (
   -- At most $9 in all, oldest events first.
@@ -62,8 +66,9 @@ ${handOff ? /* sql */ `), offered as (
          case when mine then ${handOff ? '$6::text' : 'null'} end,
          case when mine then scheduled_at + lease_ms * interval '1 millisecond' end
   from (
-    select event_id, 'handler' as kind, name as target, max_attempts, lease_ms, priority, coalesced,
-           coalesce($2::timestamptz, now()) as scheduled_at, mine
+    select event_id, 'handler' as kind, name as target, max_attempts,
+           ${handOff ? 'case when mine then offered_lease_ms else lease_ms end' : 'lease_ms'} as lease_ms,
+           priority, coalesced, coalesce($2::timestamptz, now()) as scheduled_at, mine
     from handed
     union all
     select event_id, 'webhook', endpoint_id, $3::int, $4::int, 0::smallint, 1,
@@ -161,11 +166,13 @@ where (${s}.handlers.patterns, ${s}.handlers.coalesce_subject, ${s}.handlers.max
   is distinct from (excluded.patterns, excluded.coalesce_subject, excluded.max_attempts,
        excluded.lease_ms, excluded.priority)`,
 
+    // Each target carries the claiming worker's own lease ($7): it knows how long it lets a run
+    // take, the jobs row (written by whichever process fanned the job out) does not.
     jobClaim: /* sql */ `
 with targets as (
-  select * from unnest($1::text[], $2::text[], $3::int[]) as t(kind, target, lim)
+  select * from unnest($1::text[], $2::text[], $3::int[], $7::int[]) as t(kind, target, lim, lease_ms)
 ), picked as (
-  select j.id, j.priority, j.scheduled_at
+  select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target <> '*') t
   cross join lateral (
     select id, priority, scheduled_at from ${s}.jobs
@@ -179,7 +186,7 @@ with targets as (
   union all
   -- Target '*': any target of that kind (webhooks to every endpoint), read through
   -- jobs_claim_any_idx instead of one probe per endpoint.
-  select j.id, j.priority, j.scheduled_at
+  select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target = '*') t
   cross join lateral (
     select id, priority, scheduled_at from ${s}.jobs
@@ -198,7 +205,8 @@ with targets as (
       attempt = j.attempt + 1,
       attempted_at = coalesce($5::timestamptz, now()),
       attempted_by = $6,
-      lease_expires_at = coalesce($5::timestamptz, now()) + j.lease_ms * interval '1 millisecond'
+      lease_ms = picked.lease_ms,
+      lease_expires_at = coalesce($5::timestamptz, now()) + picked.lease_ms * interval '1 millisecond'
   from picked
   where j.id = picked.id
   returning j.id, j.event_id, j.kind, j.target, j.attempt, j.max_attempts, j.coalesced
