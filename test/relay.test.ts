@@ -97,6 +97,23 @@ describe.each(targets)('relay on $name', (target) => {
     expect((await bus.overview()).poisoned).toBe(0);
   });
 
+  test('a row whose fan-out is always cancelled (statement_timeout, 57014) is tried alone and poisoned; it does not stall the rest', async () => {
+    const bus = await testBus(target, events);
+    await rejectJobsFor(target, bus.schema, 'SLOW', '57014');
+    const done = counter(2);
+    bus.on('order.created', 'h', () => done.tick());
+    await bus.start();
+    const poisoned = bus.lifecycle.waitFor('relay:event:poisoned');
+    const ids = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'A' }),
+      await bus.record(tx, 'order.created', { orderNo: 'SLOW' }),
+      await bus.record(tx, 'order.created', { orderNo: 'C' }),
+    ]);
+    expect((await poisoned).eventId).toBe(ids[1]);
+    await done.done;
+    expect(await bus.events.get(ids[1]!)).toMatchObject({ fanAttempts: 5, fannedOutAt: null });
+  });
+
   test('two bus instances on one database: 5,000 events, every job runs exactly once', async () => {
     const schema = freshSchema();
     const a = await testBus(target, events, { schema, instanceId: 'bus-a' });

@@ -44,7 +44,10 @@ export function notifyChannel(schema: string): string {
   return `rea_${schema}`;
 }
 
-const TRANSIENT_CODES = new Set(['40001', '40P01', '53300', '53400', '55P03', '57014', '57P01', '57P02', '57P03', '58000', '58030']);
+// Not 57014 (query_canceled): a statement_timeout cancels the same statement again when it is
+// retried as it was, so a relay batch that hits it is tried row by row and a row that always
+// does is poisoned, instead of stalling the relay.
+const TRANSIENT_CODES = new Set(['40001', '40P01', '53300', '53400', '55P03', '57P01', '57P02', '57P03', '58000', '58030']);
 const TRANSIENT_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH']);
 
 /** Server codes that mean no usable connection: shutting down, crashed, starting up, full. */
