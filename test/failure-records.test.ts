@@ -124,6 +124,28 @@ describe.each(targets)('failure records on $name', (target) => {
     expect((await next.jobs.forEvent(id))[0]).toMatchObject({ state: 'discarded', attempt: 1 });
   });
 
+  test('a run that ends after the rescuer took its job back is not reported completed (only the run that counts is)', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    const runs: number[] = [];
+    bus.on('task.queued', 'late', async (_e, ctx) => {
+      runs.push(ctx.attempt);
+      // As if this run's lease had expired meanwhile (a database outage held its completion back)
+      // and the rescuer had returned the job to the queue.
+      if (ctx.attempt === 1) await target.query(`update "${bus.schema}".jobs set state = 'retryable', lease_expires_at = null where id = $1`, [ctx.jobId]);
+    }, { maxAttempts: 3 });
+    const completed: number[] = [];
+    bus.lifecycle.on('job:completed', (e) => void completed.push(e.attempt));
+    const second = bus.lifecycle.waitFor('job:completed', (e) => e.attempt === 2);
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await second;
+    expect(runs).toEqual([1, 2]);
+    expect(completed).toEqual([2]);
+    expect((await bus.jobs.forEvent(id))[0]).toMatchObject({ state: 'completed', attempt: 2 });
+    expect(lines.some((l) => l.level === 'warn' && String(l.msg).startsWith('a job finished after its lease expired'))).toBe(true);
+  });
+
   test('a webhook answer with a NUL byte is a success like any other (its excerpt is stored cleaned)', async () => {
     const bus = await testBus(target, events, { webhooks: { allowPrivateNetworks: true } });
     const r = await receiver((_q, res) => res.end(Buffer.from('ok\u0000\u0001', 'utf8')));

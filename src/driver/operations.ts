@@ -76,5 +76,5 @@ export interface OperationsExecutor {
   /** Plain VACUUM (ANALYZE) of rea's high-churn tables; takes no lock that blocks reads or writes. */
   vacuumTables(): Promise<string[]>;
   /** The states of the given jobs (to tell the caller why some were left alone). */
-  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; eventFound: boolean }[]>;
+  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; eventFound: boolean }[]>;
 }

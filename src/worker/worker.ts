@@ -95,8 +95,12 @@ export class Worker {
       flushMs: options.completionFlushMs,
       maxBatch: options.completionBatchSize,
       write: async (items) => {
-        await driver.executor.jobCompleteMany(null, { jobs: items.map((d) => ({ id: d.job.id, attempt: d.job.attempt })), now: deps.clock.now() });
-        for (const d of items) this.emitCompleted(d);
+        const written = await driver.executor.jobCompleteMany(null, { jobs: items.map((d) => ({ id: d.job.id, attempt: d.job.attempt })), now: deps.clock.now() });
+        // Fewer rows than jobs: some were no longer this attempt's (the lease expired and the
+        // rescuer returned them), or a retry after a lost reply. Only what this attempt completed
+        // is reported as completed.
+        const done = written === items.length ? items : await this.completedByThisAttempt(items);
+        for (const d of done) this.emitCompleted(d);
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job completions failed; will retry'),
     });
@@ -441,6 +445,19 @@ export class Worker {
       'the backoff gave no delay (it must return a number of ms ≥ 0); retrying on the default schedule',
     );
     return defaultHandlerBackoff(job.attempt);
+  }
+
+  private async completedByThisAttempt(items: Done[]): Promise<Done[]> {
+    const states = new Map((await this.driver.operations.jobStates({ ids: items.map((d) => d.job.id) })).map((s) => [s.id, s]));
+    return items.filter((d) => {
+      const s = states.get(d.job.id);
+      if (s?.state === 'completed' && s.attempt === d.job.attempt) return true;
+      this.deps.log.warn(
+        { job_id: d.job.id, attempt: d.job.attempt, now: s ? `${s.state}, attempt ${s.attempt}` : 'gone' },
+        'a job finished after its lease expired; the rescuer had already returned it to the queue, so this run does not count',
+      );
+      return false;
+    });
   }
 
   private emitCompleted(d: Done): void {

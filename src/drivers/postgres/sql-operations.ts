@@ -203,7 +203,7 @@ where id = any($1::bigint[]) and state in ('available', 'retryable')
 returning id::text as id`,
 
     jobStates: /* sql */ `
-select j.id::text as id, j.state, exists (select 1 from ${s}.events e where e.id = j.event_id) as event_found
+select j.id::text as id, j.state, j.attempt, exists (select 1 from ${s}.events e where e.id = j.event_id) as event_found
 from ${s}.jobs j where j.id = any($1::bigint[]) order by j.id`,
   };
 }
