@@ -455,7 +455,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         await relay.stop();
         await worker.stop(stopOptions.timeoutMs ?? 10_000);
         await leader.stop();
-        await Promise.all(maintenance.map((m) => m.stop()));
+        // A pass stuck on a lock must not hold the stop past its timeout (at least a second).
+        await Promise.all(maintenance.map((m) => m.stop(Math.max(1000, stopOptions.timeoutMs ?? 10_000))));
         await unlisten?.();
       }
       notifier.cancel();

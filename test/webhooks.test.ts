@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
 import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
 import { freshSchema, targets, testBus } from './helpers/db.js';
@@ -461,6 +462,32 @@ describe.each(targets)('webhooks on $name', (target) => {
     expect(attempts).toEqual([{ outcome: 'failure', error: 'aborted before the endpoint answered' }]);
     const [job] = await target.query(`select state, attempt from "${bus.schema}".jobs where event_id = $1 and kind = 'webhook'`, [id]);
     expect(job).toEqual({ state: 'retryable', attempt: 0 });
+  });
+
+  // Needs a second session to hold the lock: PostgreSQL only.
+  it.skipIf(!target.available || target.name !== 'postgres')('bus.stop() is not held by an attempt-log write stuck on a lock (the delivery is retried later)', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    const pg = (await import('pg')).default;
+    const locker = new pg.Client({ connectionString: (target.database() as { postgres: string }).postgres });
+    await locker.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`lock table "${bus.schema}".webhook_attempts in access exclusive mode`);
+      await bus.start();
+      await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'LOCK-1' }));
+      await r.nth(1);
+      const t0 = Date.now();
+      await bus.stop({ timeoutMs: 200 });
+      // The stop timeout, a second's grace for the delivery's attempt-log write, a second for the
+      // maintenance pass stuck on the same lock (attempt-log retention), then at most
+      // CLOSE_WAIT_MS for the connections stuck on it; before, stop() waited for the lock.
+      expect(Date.now() - t0).toBeLessThan(200 + 1_000 + 1_000 + CLOSE_WAIT_MS + 1_500);
+    } finally {
+      await locker.query('rollback').catch(() => {});
+      await locker.end();
+    }
   });
 
   test('endpoints.test sends one signed test delivery, logs it, and leaves the state alone', async () => {

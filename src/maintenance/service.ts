@@ -25,12 +25,18 @@ export class ServiceRunner {
     this.schedule(0, ++this.generation);
   }
 
-  async stop(): Promise<void> {
+  /** Stops the chain and waits for a pass in flight, at most `waitMs` (a pass stuck on a lock is left to end on its own). */
+  async stop(waitMs = Infinity): Promise<void> {
     this.started = false;
     this.generation++;
     clearTimeout(this.timer);
     this.timer = undefined;
-    await this.running;
+    if (!this.running) return;
+    if (waitMs === Infinity) return void (await this.running);
+    let timer: NodeJS.Timeout | undefined;
+    const waited = await Promise.race([this.running.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), waitMs)))]);
+    clearTimeout(timer);
+    if (!waited) this.log.warn({ service: this.service.name, waited_ms: waitMs }, 'maintenance pass still running at stop; not waiting for it');
   }
 
   private schedule(ms: number, generation: number): void {

@@ -23,14 +23,26 @@ export class JobAbort {
     this.rejectRace?.(reason);
   }
 
-  /** Settles like `work`, or rejects with the reason as soon as abort() is called, even if the work ignores it. */
-  race<T>(work: Promise<T>): Promise<T> {
-    if (this.aborted) return Promise.reject(this.reason);
+  /**
+   * Settles like `work`, or rejects with the reason once abort() is called, even if the work
+   * ignores it: at once, or `graceMs` after the abort, for work that stops on the signal itself
+   * and then still has a short write to make (a webhook's attempt log).
+   */
+  race<T>(work: Promise<T>, graceMs = 0): Promise<T> {
+    if (this.aborted && graceMs === 0) return Promise.reject(this.reason);
     return new Promise<T>((resolve, reject) => {
-      this.rejectRace = reject;
+      let timer: NodeJS.Timeout | undefined;
+      const cut = (reason: unknown): void => {
+        if (graceMs === 0) return reject(reason);
+        timer = setTimeout(() => reject(reason), graceMs);
+        timer.unref();
+      };
+      if (this.aborted) cut(this.reason);
+      else this.rejectRace = cut;
       // Once settled, a later abort has nothing to reject: drop the reference (and what it holds).
       const settle = (): void => {
         this.rejectRace = undefined;
+        clearTimeout(timer);
       };
       work.then(
         (value) => {

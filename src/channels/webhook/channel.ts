@@ -80,6 +80,9 @@ export interface WebhookEnvelope {
 /** The worker cuts a webhook run this long after the HTTP deadline, so deliver() always reports first. */
 export const WEBHOOK_RUN_GRACE_MS = 2_000;
 
+/** After an abort, how long a delivery may still take to write its attempt log. */
+const ABORT_WRITE_GRACE_MS = 1_000;
+
 export const TEST_EVENT_TYPE = 'rea.endpoint.test';
 
 /**
@@ -191,7 +194,15 @@ export class WebhookChannel implements JobChannel {
     return `webhook delivery did not finish within ${timeoutMs} ms and was aborted`;
   }
 
-  async run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
+  run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
+    // Raced with the abort: the request itself stops on the signal, and the attempt log is then
+    // written within ABORT_WRITE_GRACE_MS; but the endpoint read and that write are queries that
+    // could hang on a lock, and the job's timeout and the worker's stop must still end the run
+    // (the delivery is then retried: at least once).
+    return abort.race(this.deliverJob(job, abort, log), ABORT_WRITE_GRACE_MS);
+  }
+
+  private async deliverJob(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
     const endpoint = await this.driver.webhooks.endpointGetForDelivery({ id: job.target, now: this.deps.clock.now() });
     if (!endpoint) throw permanent(new Error(`endpoint ${job.target} no longer exists`));
     // Queued before its endpoint was disabled: the owner asked for silence; resend once it is enabled.

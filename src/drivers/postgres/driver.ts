@@ -20,6 +20,9 @@ export interface PostgresDriverOptions {
   onError: (err: Error, where: string) => void;
 }
 
+/** How long close() waits for connections still busy once rea's own work has stopped. */
+export const CLOSE_WAIT_MS = 2_000;
+
 export class PostgresDriver implements Driver {
   readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, autovacuumDaemon: true, deferredRecord: true, dialect: 'postgres' };
   readonly schema: string;
@@ -277,6 +280,16 @@ export class PostgresDriver implements Driver {
     this.closeNotifier();
     await Promise.all(this.listeners.map((l) => l.close()));
     this.listeners = [];
-    if (this.ownsPool) await this.pool.end();
+    if (!this.ownsPool) return;
+    // pool.end() waits for every checked-out connection. By now the relay and workers have
+    // stopped, so one still busy is stuck (a lock wait, a hung server): close() does not wait
+    // for it past CLOSE_WAIT_MS; the pool ends it when its query returns.
+    let timer: NodeJS.Timeout | undefined;
+    const ended = this.pool.end().then(() => true);
+    const gaveUp = new Promise<false>((r) => (timer = setTimeout(() => r(false), CLOSE_WAIT_MS)));
+    if (!(await Promise.race([ended, gaveUp]))) {
+      this.options.onError(new Error(`closing: ${this.pool.totalCount - this.pool.idleCount} connection(s) still busy after ${CLOSE_WAIT_MS} ms (a query waits on a lock or a server that does not answer); not waiting for them`), 'close');
+    }
+    clearTimeout(timer);
   }
 }
