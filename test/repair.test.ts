@@ -75,8 +75,8 @@ describe.each(targets)('repair on $name', (target) => {
        returning id::text as id`, [eventId]);
     expect(await bus.jobs.retry([kept!.id, orphan!.id])).toEqual([kept!.id]);
     expect(await bus.driver.operations.jobStates({ ids: [kept!.id, orphan!.id] })).toEqual([
-      { id: kept!.id, state: 'available', eventFound: true },
-      { id: orphan!.id, state: 'cancelled', eventFound: false },
+      { id: kept!.id, state: 'available', attempt: 2, eventFound: true },
+      { id: orphan!.id, state: 'cancelled', attempt: 1, eventFound: false },
     ]);
     // No handlers row for 'h': the job's own allowance is added to its attempts.
     const [row] = await bus.jobs.forEvent(eventId!);
