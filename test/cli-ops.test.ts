@@ -116,6 +116,38 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s);
     expect(bad.mock.calls.flat().join(' ')).toMatch(/give job ids, or one of --discarded/);
   });
+
+  it('events list and jobs list find the ids the repair commands take, a page at a time; a bad filter names the flag', async () => {
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    const db = ['--database-url', PG_URL, '--schema', s];
+    const ids = await bus.transaction((tx) => bus.recordMany(tx, [1, 2, 3].map((n) => ({ type: 'note.saved' as const, payload: { n }, subject: `S${n}` }))));
+    await target.query(`update "${s}".events set poisoned_at = now(), fan_attempts = 5, last_error = 'no route' where id = $1`, [ids[0]]);
+    const [job] = await target.query<{ id: string }>(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at, errors)
+       values ($1, 'handler', 'mailer', 5, 1000, 'discarded', 5, now(), '[{"at":"2026-01-01T00:00:00Z","attempt":5,"message":"SMTP 550\\nmailbox gone"}]')
+       returning id::text as id`, [ids[1]]);
+
+    const poisoned = await rea('events', 'list', ...db, '--state', 'poisoned');
+    expect(poisoned.out).toMatch(new RegExp(`^${ids[0]}  poisoned \\S+Z  note\\.saved S1  no route$`));
+    const page1 = await rea('events', 'list', ...db, '--limit', '2');
+    const lines = page1.out.split('\n');
+    expect(lines.slice(0, 2).map((l) => l.split(' ')[0])).toEqual([ids[2], ids[1]]); // newest first
+    expect(lines[2]).toBe(`(more: --cursor ${ids[1]})`);
+    const page2 = JSON.parse((await rea('events', 'list', ...db, '--limit', '2', '--cursor', ids[1]!, '--json')).out);
+    expect(page2).toMatchObject({ items: [{ id: ids[0], state: 'poisoned' }], nextCursor: null });
+
+    const discarded = await rea('jobs', 'list', ...db, '--state', 'discarded');
+    expect(discarded.out).toBe(`${job!.id.padStart(6)}  discarded handler mailer  attempt 5/5  event ${ids[1]}  last error: SMTP 550 mailbox gone`);
+    expect(JSON.parse((await rea('jobs', 'list', ...db, '--handler', 'nobody', '--json')).out)).toEqual({ items: [], nextCursor: null });
+
+    const err = vi.spyOn(console, 'error').mockImplementation(() => {});
+    const bad = await rea('jobs', 'list', ...db, '--state', 'finished');
+    expect(bad.code).toBe(2);
+    expect(err.mock.calls.flat().join(' ')).toMatch(/^rea: invalid option --state: must be one of available/);
+    await rea('events', 'list', ...db, '--since', 'yesterday');
+    expect(err.mock.calls.flat().join(' ')).toMatch(/invalid option --since: /);
+  });
 });
 
 describe('operations CLI on a PGlite data directory', () => {

@@ -1,9 +1,10 @@
-// rea events …: repair actions on events. `requeue` puts poisoned events back in front of the
+// rea events …: list events (lists.ts) and repair them. `requeue` puts poisoned events back in front of the
 // relay (fan attempts reset) and says which ones it changed and which it left alone.
 import { Command } from 'commander';
 import { OptionsError } from '../core/errors.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { eventsListCommand } from './lists.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -26,7 +27,7 @@ export function eventsCommand(): Command {
       const outcome: RequeueOutcome = { requeued, unchanged: ids.filter((id) => !requeued.includes(id.toLowerCase())) };
       console.log(flags.json ? JSON.stringify(outcome) : formatRequeue(outcome));
     });
-  return new Command('events').description('repair events').addCommand(requeue);
+  return new Command('events').description('list and repair events').addCommand(eventsListCommand()).addCommand(requeue);
 }
 
 export function formatRequeue(o: RequeueOutcome): string {

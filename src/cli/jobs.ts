@@ -6,6 +6,7 @@ import { OptionsError } from '../core/errors.js';
 import type { EventSchemas } from '../core/events.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { jobsListCommand } from './lists.js';
 
 export interface JobRepairOutcome {
   action: 'retried' | 'cancelled';
@@ -66,7 +67,7 @@ export function jobsCommand(): Command {
       });
       console.log(flags.json ? JSON.stringify(outcome) : formatJobRepair(outcome));
     });
-  return new Command('jobs').description('repair jobs').addCommand(retry).addCommand(cancel);
+  return new Command('jobs').description('list and repair jobs').addCommand(jobsListCommand()).addCommand(retry).addCommand(cancel);
 }
 
 export function formatJobRepair(o: JobRepairOutcome): string {
