@@ -46,14 +46,16 @@ export class PostgresExecutor implements Executor {
         ])
         : await q.query<Row>(this.sql.eventFanOut, params);
     const row = rows[0]!;
+    const events = new Map<string, ClaimedJob['event']>();
+    for (const e of (row.handed_events ?? []) as Row[]) {
+      events.set(e.id, {
+        id: e.id, type: e.type, subject: e.subject ?? null, payload: e.payload,
+        traceId: e.trace_id ?? null, createdBy: e.created_by ?? null, version: e.version, createdAt: new Date(e.created_at),
+      });
+    }
     const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
       id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
-      coalesced: r.coalesced,
-      event: {
-        id: r.event_id, type: r.type, subject: r.subject ?? null, payload: r.payload,
-        traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version, createdAt: new Date(r.created_at),
-      },
-      eventFound: true,
+      coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
     }));
     return { eventIds: row.event_ids ? (row.event_ids as string).split(',') : [], jobs: row.jobs as number, handedOff };
   }

@@ -78,7 +78,7 @@ ${handOff ? /* sql */ `), offered as (
     from hooks
   ) j
   order by event_id
-  returning id, event_id, target, state, attempt, max_attempts, coalesced, attempted_at
+  returning id, event_id, target, state, attempt, max_attempts, coalesced
 ), fanned as (
   -- By ctid: the rows are locked by this statement, so their position is stable, and the update
   -- skips a primary-key probe per event (which grows with the history the table holds).
@@ -91,13 +91,18 @@ ${handOff ? /* sql */ `), offered as (
 -- The ids as one comma-separated text: cheaper to split than a text[] to parse (200 per round).
 select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
        (select count(*) from inserted)::int as jobs,
+       -- Jobs and their events as two lists the executor joins by event_id: a join here is planned
+       -- as a nested loop over the two CTEs (their row estimates are 1), which cost more than the
+       -- rest of the statement at 200 rows.
        (select coalesce(json_agg(json_build_object(
            'id', i.id::text, 'target', i.target, 'attempt', i.attempt, 'max_attempts', i.max_attempts,
-           'coalesced', i.coalesced, 'attempted_at', i.attempted_at, 'event_id', c.id::text, 'type', c.type,
-           'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id, 'created_by', c.created_by,
-           'version', c.version, 'created_at', c.created_at) order by i.id), '[]'::json)
-        from inserted i join claimed c on c.id = i.event_id
-        where i.state = 'running') as handed_off`;
+           'coalesced', i.coalesced, 'event_id', i.event_id::text) order by i.id), '[]'::json)
+        from inserted i where i.state = 'running') as handed_off,
+       (select coalesce(json_agg(json_build_object(
+           'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
+           'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
+        from claimed c
+        where c.id = any (array(select i.event_id from inserted i where i.state = 'running'))) as handed_events`;
 
   return {
     eventInsertOne: /* sql */ `
