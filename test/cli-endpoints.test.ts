@@ -83,6 +83,38 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(missing).toMatchObject({ code: 2, err: 'rea: endpoint 0190a4b2-0000-7000-8000-000000000000 not found' });
   });
 
+  it('update changes the URL, event types and description; delete needs --yes and removes the endpoint', async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema, '--allow-private-networks'];
+    const added = await rea('endpoints', 'add', 'http://127.0.0.1:9/a', '--events', 'order.*', '--description', 'old', ...db);
+    const id = added.out.split(/\s+/)[0]!;
+
+    const none = await rea('endpoints', 'update', id, ...db);
+    expect(none).toMatchObject({ code: 2, err: expect.stringContaining('give at least one of --url, --events, --description') });
+
+    const updated = await rea('endpoints', 'update', id, '--url', 'http://127.0.0.1:9/b', '--events', 'order.created', '--description', 'new', '--json', ...db);
+    expect(updated.code).toBe(0);
+    expect(JSON.parse(updated.out)).toMatchObject({ id, url: 'http://127.0.0.1:9/b', eventTypes: ['order.created'], description: 'new', state: 'enabled' });
+    expect(updated.out).not.toContain('whsec_');
+    const partial = await rea('endpoints', 'update', id, '--description', 'newer', ...db);
+    expect(partial.out).toContain(`${id}  enabled  http://127.0.0.1:9/b`);
+    expect(partial.out).toContain('events order.created · secret …');
+    expect(partial.out).toContain('· newer');
+
+    const badUrl = await rea('endpoints', 'update', id, '--url', 'ftp://x', ...db);
+    expect(badUrl.code).toBe(2);
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out)[0].url).toBe('http://127.0.0.1:9/b');
+
+    const unconfirmed = await rea('endpoints', 'delete', id, ...db);
+    expect(unconfirmed).toMatchObject({ code: 2, err: expect.stringContaining('cannot be undone: add --yes') });
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out)).toHaveLength(1);
+
+    expect(await rea('endpoints', 'delete', id, '--yes', ...db)).toMatchObject({ code: 0, out: `deleted endpoint ${id}` });
+    expect((await rea('endpoints', 'list', ...db)).out).toBe('no endpoints');
+    const again = await rea('endpoints', 'delete', id, '--yes', ...db);
+    expect(again).toMatchObject({ code: 2, err: `rea: endpoint ${id} not found` });
+  });
+
   it('test exits 1 when the endpoint does not answer 2xx', async () => {
     const bus = await testBus(postgresTarget, events, quiet);
     const db = ['--database-url', PG_URL, '--schema', bus.schema];

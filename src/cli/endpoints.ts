@@ -1,9 +1,9 @@
-// rea endpoints add|list|enable|disable|rotate|test|attempts: manage webhook endpoints. Output for
+// rea endpoints add|list|update|enable|disable|rotate|delete|test|attempts: manage webhook endpoints. Output for
 // people by default, --json for scripts. A secret is printed only by add and rotate, once.
 import { Command } from 'commander';
 import { createBus, type Bus } from '../bus.js';
 import { defineEvents, type EventSchemas } from '../core/events.js';
-import { OptionsError } from '../core/errors.js';
+import { NotFoundError, OptionsError } from '../core/errors.js';
 import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/webhook/endpoints.js';
 import type { EndpointState } from '../driver/webhooks.js';
 import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
@@ -77,7 +77,7 @@ function parseList(value: string): string[] {
 }
 
 export function endpointsCommand(): Command {
-  const root = new Command('endpoints').description('webhook endpoints: add, list, enable, disable, rotate, test, attempts');
+  const root = new Command('endpoints').description('webhook endpoints: add, list, update, enable, disable, rotate, delete, test, attempts');
 
   root.addCommand(
     command('add', 'add an endpoint; prints its secret once')
@@ -106,6 +106,22 @@ export function endpointsCommand(): Command {
   );
 
   root.addCommand(
+    command('update', "change an endpoint's URL, event types or description (its state and secret stay)")
+      .argument('<id>', 'the endpoint id', endpointId('update'))
+      .option('--url <url>', 'the new http(s) URL')
+      .option('--events <types>', 'the new comma-separated event types or patterns (replaces the old list)', parseList)
+      .option('--description <text>', "the new description ('' clears it)")
+      .action(async (id: string, flags: Flags & { url?: string; events?: string[]; description?: string }) => {
+        if (flags.url === undefined && flags.events === undefined && flags.description === undefined) {
+          throw new OptionsError('endpoints update', 'give at least one of --url, --events, --description');
+        }
+        if (flags.events !== undefined && flags.events.length === 0) throw new OptionsError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
+        const changes = { url: flags.url, eventTypes: flags.events, description: flags.description };
+        printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.update(id, changes)), flags.json);
+      }),
+  );
+
+  root.addCommand(
     command('enable', 'enable an endpoint (after a fix); clears failing and disabled state')
       .argument('<id>', 'the endpoint id', endpointId('enable'))
       .action(async (id: string, flags: Flags) => printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.enable(id)), flags.json)),
@@ -125,6 +141,18 @@ export function endpointsCommand(): Command {
       .option('--grace-ms <ms>', 'how long the previous secret stays valid (default 24 h)', wholeNumber(0))
       .action(async (id: string, flags: Flags & { graceMs?: number }) => {
         printWithSecret(await withEndpointsBus(flags, (bus) => bus.endpoints.rotateSecret(id, { graceMs: flags.graceMs })), flags.json, 'new secret');
+      }),
+  );
+
+  root.addCommand(
+    command('delete', 'delete an endpoint and its secrets; its queued deliveries are discarded when they come up')
+      .argument('<id>', 'the endpoint id', endpointId('delete'))
+      .option('--yes', 'really delete (there is no undo; `disable` keeps the endpoint)')
+      .action(async (id: string, flags: Flags & { yes?: boolean }) => {
+        if (!flags.yes) throw new OptionsError('endpoints delete', `deleting ${id} cannot be undone: add --yes (or use rea endpoints disable, which keeps it)`);
+        const deleted = await withEndpointsBus(flags, (bus) => bus.endpoints.delete(id));
+        if (!deleted) throw new NotFoundError(`endpoint ${id}`);
+        console.log(flags.json ? JSON.stringify({ id, deleted: true }) : `deleted endpoint ${id}`);
       }),
   );
 
