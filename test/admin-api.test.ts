@@ -300,6 +300,16 @@ describe.each(targets)('admin API on $name', (target) => {
     expect(en.json.endpoint).toMatchObject({ state: 'enabled', disabledReason: null });
     expect((await target.query(`select state, disabled_at from "${bus.schema}".endpoints where id = $1`, [id]))[0]).toMatchObject({ state: 'enabled', disabled_at: null });
 
+    const upd = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: { eventTypes: 'order.paid, order.created', description: 'warehouse v2' }, headers: bearer() });
+    expect(upd.status).toBe(200);
+    expect(upd.json.endpoint).toMatchObject({ id, url: `${receiver.url}/hook`, eventTypes: ['order.paid', 'order.created'], description: 'warehouse v2', state: 'enabled' });
+    const empty = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: {}, headers: bearer() });
+    expect(empty.status).toBe(400);
+    expect(empty.text).toContain('give at least one of url, eventTypes, description');
+    const badUrl = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: { url: 'ftp://x' }, headers: bearer() });
+    expect(badUrl.status).toBe(400);
+    expect((await call(s.url, 'GET', `/api/endpoints/${id}`, { headers: bearer() })).json.endpoint.url).toBe(`${receiver.url}/hook`);
+
     const rot = await call(s.url, 'POST', `/api/endpoints/${id}/rotate`, { headers: bearer() });
     expect(rot.json.secret).toMatch(/^whsec_/);
     expect(rot.json.secret).not.toBe(secret);
@@ -330,6 +340,12 @@ describe.each(targets)('admin API on $name', (target) => {
     await replayed;
     expect(new Set(received).size).toBe(4);
     expect((await call(s.url, 'POST', `/api/endpoints/00000000-0000-7000-8000-000000000000/enable`, { headers: bearer() })).status).toBe(404);
+
+    const del = await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() });
+    expect(del).toMatchObject({ status: 200, json: { deleted: id } });
+    expect((await call(s.url, 'GET', `/api/endpoints/${id}`, { headers: bearer() })).status).toBe(404);
+    expect(await target.query(`select id from "${bus.schema}".endpoints`)).toEqual([]);
+    expect((await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() })).status).toBe(404);
   });
 
   test('from the panel, add endpoint and rotate answer with a page that shows the secret once (a redirect would lose it)', async () => {

@@ -109,6 +109,15 @@ describe.skipIf(!browserAvailable)('admin panel in Chromium', () => {
       expect((await target.query(`select state from "${s}".endpoints where id = $1`, [endpoint.id]))[0].state).toBe('enabled');
       expect(await page.content()).not.toContain('whsec_');
 
+      // Delete a second endpoint from its own page: confirmed, then back on the list without it.
+      const spare = await bus.endpoints.create({ url: `${receiver.url}/spare`, eventTypes: ['order.*'] });
+      await page.goto(`${app.url}/endpoints/${spare.id}`);
+      await Promise.all([page.waitForURL(/\/endpoints\?notice=Deleted/), page.locator('button:text("Delete")').click()]);
+      expect(dialogs.at(-1)).toContain(`Delete ${receiver.url}/spare and its secrets? There is no undo`);
+      expect(await page.locator('tr', { hasText: `${receiver.url}/spare` }).count()).toBe(0);
+      expect(await page.locator('tr', { hasText: `${receiver.url}/hook` }).count()).toBe(1);
+      expect(await target.query(`select id from "${s}".endpoints where id = $1`, [spare.id])).toEqual([]);
+
       // Retry the dead letter from the jobs page.
       await page.click('nav a:text("Jobs")');
       await page.click('.tabs a:text("Dead letters")');

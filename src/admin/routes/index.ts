@@ -2,11 +2,13 @@
 import type { Route } from '../route.js';
 import apiDeliveryResend from './api-delivery-resend.js';
 import apiEndpointAttempts from './api-endpoint-attempts.js';
+import apiEndpointDelete from './api-endpoint-delete.js';
 import apiEndpointDisable from './api-endpoint-disable.js';
 import apiEndpointEnable from './api-endpoint-enable.js';
 import apiEndpointGet from './api-endpoint-get.js';
 import apiEndpointRotate from './api-endpoint-rotate.js';
 import apiEndpointTest from './api-endpoint-test.js';
+import apiEndpointUpdate from './api-endpoint-update.js';
 import apiEndpointsCreate from './api-endpoints-create.js';
 import apiEndpointsList from './api-endpoints-list.js';
 import apiEventGet from './api-event-get.js';
@@ -35,7 +37,7 @@ export const routes: Route[] = [
   apiOverview,
   apiEventsList, apiEventsRequeue, apiEventGet, apiEventReplay,
   apiJobsList, apiJobsRetry, apiJobsCancel, apiJobsDiscard,
-  apiEndpointsList, apiEndpointsCreate, apiEndpointGet, apiEndpointEnable, apiEndpointDisable, apiEndpointRotate, apiEndpointTest, apiEndpointAttempts,
+  apiEndpointsList, apiEndpointsCreate, apiEndpointGet, apiEndpointEnable, apiEndpointDisable, apiEndpointRotate, apiEndpointTest, apiEndpointUpdate, apiEndpointDelete, apiEndpointAttempts,
   apiDeliveryResend,
   pageOverview, pageEvents, pageEvent, pageJobs, pageEndpoints, pageEndpoint,
 ];

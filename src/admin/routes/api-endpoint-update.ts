@@ -1,0 +1,23 @@
+// POST /api/endpoints/:id/update { url?, eventTypes?, description? }: change where an endpoint
+// receives and what; its state, attempt log and secret stay.
+import { z } from 'zod';
+import { endpointView } from '../data.js';
+import { bodyFields, defineRoute, parse } from '../route.js';
+import { uuidParam } from '../schemas.js';
+
+const input = z.object({
+  url: z.string().min(1, 'must not be empty').max(2000).optional(),
+  eventTypes: z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v : v.split(',')).map((s) => s.trim()).filter(Boolean))
+    .refine((v) => v.length > 0, 'give at least one event type or pattern').optional(),
+  description: z.string().max(500).optional(),
+}).strict().refine((v) => v.url !== undefined || v.eventTypes !== undefined || v.description !== undefined, 'give at least one of url, eventTypes, description');
+
+export default defineRoute({
+  method: 'POST', path: '/api/endpoints/:id/update', access: 'user', kind: 'api',
+  async handle({ bus, params, body }) {
+    const id = uuidParam(params.id);
+    const changes = parse(input, bodyFields(body));
+    const endpoint = await bus.endpoints.update(id, changes); // NotFoundError (404) when missing
+    return { json: { endpoint: endpointView(endpoint) }, notice: `Updated ${endpoint.url}` };
+  },
+});
