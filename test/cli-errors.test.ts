@@ -216,6 +216,47 @@ describe('a database that cannot be used', () => {
     }
   });
 
+  it.skipIf(!postgresTarget.available)('SSL asked of a server without it: one line naming the server and sslmode, not pg\'s bare message', async () => {
+    const url = new URL(PG_URL);
+    url.searchParams.set('sslmode', 'require');
+    const r = await rea('status', '--database-url', url.toString());
+    expect(r.code).toBe(1);
+    expect(r.text).toMatch(/^rea: PostgreSQL at 127\.0\.0\.1:5432\/\S+ \(user postgres\) does not support SSL connections, and the connection string asks for SSL \(sslmode\)/m);
+    expect(r.text).not.toMatch(/^The server does not support SSL connections$/m);
+  });
+
+  it('a TLS certificate the client refused is named as such, and is not worth waiting for', () => {
+    const bus = createBus({ database: { postgres: 'postgres://postgres@db.example:5432/shop', poolSize: 1 }, events });
+    const err = Object.assign(new Error('self-signed certificate in certificate chain'), { code: 'SELF_SIGNED_CERT_IN_CHAIN' });
+    const explained = bus.driver.explainError(err);
+    expect(explained).toMatchObject({ code: 'ERR_DATABASE', kind: 'refused', cause: err });
+    expect((explained as Error).message).toMatch(/^PostgreSQL at db\.example:5432\/shop \(user postgres\): its TLS certificate was not accepted \(SELF_SIGNED_CERT_IN_CHAIN/);
+    expect(bus.driver.isTransientError(explained)).toBe(false);
+    return bus.stop();
+  });
+
+  it.skipIf(!postgresTarget.available)('capture --apply on a table, schema or column that does not exist names the flag, not "rea\'s tables are missing"', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    expect((await rea('migrate', ...db)).code).toBe(0);
+    await postgresTarget.query(`create table ${schema}.capt (id int, a int)`);
+    const capture = (table: string, ...more: string[]) => rea('capture', '--table', table, '--subject', 'id', '--type', 'x.changed', '--apply', ...db, ...more);
+    const cases: [string[], string][] = [
+      [['public.rea_no_such_table', '--watch', 'a'], 'rea: invalid option --table: table public.rea_no_such_table does not exist'],
+      [['rea_no_such_schema.orders', '--watch', 'a'], 'rea: invalid option --table: table rea_no_such_schema.orders does not exist'],
+      [[`${schema}.capt`, '--watch', 'b'], `rea: invalid option --watch: table ${schema}.capt has no column b`],
+      [[`${schema}.capt`, '--watch', 'a', '--payload', 'a,c'], `rea: invalid option --payload: table ${schema}.capt has no column c`],
+    ];
+    for (const [[table, ...more], message] of cases) {
+      const r = await capture(table!, ...more);
+      expect({ message, code: r.code }).toEqual({ message, code: 2 });
+      expect(r.text).toContain(message);
+    }
+    const ok = await capture(`${schema}.capt`, '--watch', 'a');
+    expect(ok).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
+    await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
   it.skipIf(!postgresTarget.available)('not migrated: status, overview() and start() say to run the migrations', async () => {
     const schema = freshSchema();
     const r = await rea('status', '--database-url', PG_URL, '--schema', schema);
