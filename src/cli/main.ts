@@ -63,7 +63,7 @@ export async function main(argv: string[]): Promise<void> {
     if (err instanceof ReaError) {
       const field = (err as { field?: string }).field;
       console.error(json ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
-      process.exitCode = err.code === 'ERR_DATABASE' ? EXIT_FAILED : EXIT_USAGE;
+      process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
     throw err;
