@@ -67,9 +67,13 @@ function rate(field: string, raw: string | number): number {
 /** A listen error on the panel's port as a usage error naming the port and --panel-port. */
 const panelListenError = (err: unknown, port: number) => listenError(err, { host: PANEL_HOST, port, flag: '--panel-port' });
 
-/** Bind the panel's port now, so a port in use fails before the demo's work, not after it. */
+/**
+ * Bind the panel's port now, so a port in use fails before the demo's work, not after it. A
+ * connection made to it meanwhile (a browser opened early) is closed at once: close() waits for
+ * open connections, so one held open would keep the panel from starting.
+ */
 async function reservePort(p: number): Promise<NetServer> {
-  const server = createNetServer();
+  const server = createNetServer((socket) => socket.destroy());
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
