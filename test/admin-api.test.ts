@@ -236,6 +236,9 @@ describe.each(targets)('admin API on $name', (target) => {
     expect(one.json.jobs[0]).toMatchObject({ target: 'mailer', eventId: ids[0] });
     expect(one.json.attempts).toEqual([]);
     expect((await call(s.url, 'GET', '/api/events/00000000-0000-7000-8000-000000000000', { headers: bearer() })).status).toBe(404);
+    await target.query(`update "${bus.schema}".events set fan_attempts = 1 where id = $1`, [ids[2]]);
+    const page = await call(s.url, 'GET', `/events/${ids[2]}`, { headers: bearer() });
+    expect(page.text).toContain('after 1 fan-out attempt<'); // not "1 fan-out attempts"
 
     const boom = await poisonOne(target, bus);
     expect((await call(s.url, 'GET', '/api/events?state=poisoned', { headers: bearer() })).json.events.map((e: { id: string }) => e.id)).toEqual([boom]);
