@@ -165,6 +165,20 @@ describe('rea: command-line mistakes', () => {
   });
 });
 
+describe('an error no mapping foresaw', () => {
+  it('is one line with its name, exit 1, JSON with --json; no stack', async () => {
+    const adminBus = await import('../src/cli/admin-bus.js');
+    const bug = new TypeError("Cannot read properties of undefined (reading 'rows')");
+    // Stand-in for a bug in a command; rea() restores every mock when it returns.
+    vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
+    expect(await rea('handlers', 'list', '--database-url', PG_URL)).toEqual({ code: 1, text: `rea: TypeError: ${bug.message}` });
+    vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
+    const j = await rea('handlers', 'list', '--json', '--database-url', PG_URL);
+    expect(j.code).toBe(1);
+    expect(JSON.parse(j.text)).toEqual({ error: { code: 'ERR_UNEXPECTED', message: `TypeError: ${bug.message}` } });
+  });
+});
+
 describe('a database that cannot be used', () => {
   it('unreachable: the CLI exits 1 naming the server without its password; the library throws DatabaseError', async () => {
     const url = `postgres://postgres:${SECRET}@127.0.0.1:1/shop`;
@@ -255,6 +269,23 @@ describe('a database that cannot be used', () => {
     const ok = await capture(`${schema}.capt`, '--watch', 'a');
     expect(ok).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
     await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
+  it.skipIf(!postgresTarget.available)('a role without privileges on rea\'s schema: one line naming the server and what was denied, as JSON too', async () => {
+    const schema = freshSchema();
+    const role = `${schema}_reader`;
+    expect((await rea('migrate', '--database-url', PG_URL, '--schema', schema)).code).toBe(0);
+    await postgresTarget.query(`create role ${role} login`);
+    try {
+      const url = new URL(PG_URL);
+      url.username = role;
+      const r = await rea('status', '--database-url', url.toString(), '--schema', schema);
+      expect(r).toEqual({ code: 1, text: expect.stringMatching(new RegExp(`^rea: PostgreSQL at 127\\.0\\.0\\.1:5432/\\S+ \\(user ${role}\\) refused: permission denied for schema ${schema}$`)) });
+      const j = await rea('status', '--json', '--database-url', url.toString(), '--schema', schema);
+      expect(JSON.parse(j.text).error).toMatchObject({ code: 'ERR_DATABASE', message: expect.stringContaining(`refused: permission denied for schema ${schema}`) });
+    } finally {
+      await postgresTarget.query(`drop schema ${schema} cascade; drop role ${role}`);
+    }
   });
 
   it.skipIf(!postgresTarget.available)('not migrated: status, overview() and start() say to run the migrations', async () => {

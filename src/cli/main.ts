@@ -66,6 +66,11 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
-    throw err;
+    // Not one of rea's errors (a bug, or something no mapping foresaw): one line, its name and
+    // message, in the form asked for; the stack stays out of an operator's terminal.
+    const e = err instanceof Error ? err : new Error(String(err));
+    const message = e.name && e.name !== 'Error' && !e.message.startsWith(e.name) ? `${e.name}: ${e.message}` : e.message;
+    console.error(json ? JSON.stringify({ error: { code: 'ERR_UNEXPECTED', message } }) : `rea: ${message}`);
+    process.exitCode = EXIT_FAILED;
   }
 }

@@ -123,6 +123,8 @@ export function explainPostgresError(err: unknown, schema: string, where: string
     return err;
   }
   if (REFUSED_CODES.has(code)) return new DatabaseError('refused', `${where} refused the connection: ${message}`, { cause: err });
+  // insufficient_privilege: the role may connect, but not use that schema or table (the message names it).
+  if (code === '42501') return new DatabaseError('refused', `${where} refused: ${message}`, { cause: err });
   // node-postgres's own words (no code) when the URL asks for SSL and the server answers it has none.
   if (/^The server does not support SSL connections$/.test(message)) {
     return new DatabaseError('refused', `${where} does not support SSL connections, and the connection string asks for SSL (sslmode): connect without sslmode (or with sslmode=disable), or enable SSL on the server`, { cause: err });
