@@ -2,6 +2,7 @@
 import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
 import { ReaError } from '../core/errors.js';
+import { namedMessage } from '../core/errors-format.js';
 import { captureCommand } from './capture.js';
 import { demoCommand } from './demo.js';
 import { endpointsCommand } from './endpoints.js';
@@ -68,8 +69,7 @@ export async function main(argv: string[]): Promise<void> {
     }
     // Not one of rea's errors (a bug, or something no mapping foresaw): one line, its name and
     // message, in the form asked for; the stack stays out of an operator's terminal.
-    const e = err instanceof Error ? err : new Error(String(err));
-    const message = e.name && e.name !== 'Error' && !e.message.startsWith(e.name) ? `${e.name}: ${e.message}` : e.message;
+    const message = namedMessage(err);
     console.error(json ? JSON.stringify({ error: { code: 'ERR_UNEXPECTED', message } }) : `rea: ${message}`);
     process.exitCode = EXIT_FAILED;
   }

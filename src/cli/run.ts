@@ -5,9 +5,11 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { Bus } from '../bus.js';
 import { ModuleLoadError, OptionsError } from '../core/errors.js';
+import { namedMessage } from '../core/errors-format.js';
 import { wholeNumber } from './settings.js';
 
-const REA_ROOT = new URL('../..', import.meta.url).href;
+/** rea's own code (dist/, or src/ when run from source): not where a user's module threw. */
+const REA_CODE = new URL('..', import.meta.url).href;
 
 export function runCommand(): Command {
   return new Command('run')
@@ -78,7 +80,7 @@ export async function loadBus(modulePath: string, field = 'run <module>'): Promi
     try {
       candidate = await candidate();
     } catch (err) {
-      throw new ModuleLoadError(modulePath, `its exported function threw: ${describe(err)}`, { cause: err });
+      throw new ModuleLoadError(modulePath, `its exported function threw: ${namedMessage(err)}`, { cause: err });
     }
   }
   if (!isBus(candidate)) {
@@ -93,21 +95,16 @@ function isBus(x: unknown): x is Bus<any> {
   return typeof x === 'object' && x !== null && typeof (x as Bus<any>).start === 'function' && typeof (x as Bus<any>).record === 'function';
 }
 
-function describe(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  return err.name && err.name !== 'Error' && !err.message.startsWith(err.name) ? `${err.name}: ${err.message}` : err.message;
-}
-
 /** Why import() failed, in the words a user can act on; where it threw when the stack says so. */
 function importProblem(err: unknown, modulePath: string): string {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   if (code === 'ERR_UNKNOWN_FILE_EXTENSION') return `node cannot import ${extname(modulePath)} files by itself; compile it, or run rea with a loader (node --import tsx node_modules/.bin/rea …)`;
-  if (code === 'ERR_MODULE_NOT_FOUND' || code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return `an import it makes is missing: ${describe(err)}`;
-  if (err instanceof SyntaxError) return `${describe(err)} (node --check ${modulePath} shows where)`;
+  if (code === 'ERR_MODULE_NOT_FOUND' || code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return `an import it makes is missing: ${namedMessage(err)}`;
+  if (err instanceof SyntaxError) return `${namedMessage(err)} (node --check ${modulePath} shows where)`;
   // Where it threw: the first stack frame in the user's files (not a dependency's, not rea's own).
   const frame = String((err as Error | undefined)?.stack ?? '').split('\n')
     .map((line) => /(file:\/\/[^\s()]+):(\d+):(\d+)\)?$/.exec(line.trim()))
-    .find((m) => m !== null && !m[1]!.includes('/node_modules/') && !m[1]!.startsWith(REA_ROOT));
+    .find((m) => m !== null && !m[1]!.includes('/node_modules/') && !m[1]!.startsWith(REA_CODE));
   const where = frame ? ` (at ${fileURLToPath(frame[1]!)}:${frame[2]}:${frame[3]})` : '';
-  return `it threw while loading: ${describe(err)}${where}`;
+  return `it threw while loading: ${namedMessage(err)}${where}`;
 }
