@@ -4,7 +4,7 @@ export type { Bus, BusOptions, DatabaseOptions, Overview, RecordItem, RecordOpti
 export { defineEvents } from './core/events.js';
 export type { EventCatalog, EventSchemas, EventType, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent } from './core/events.js';
 export {
-  BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
+  BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, ModuleLoadError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
   PayloadValidationError, PermanentError, ReaError, RetryAfterError, UnknownEventTypeError, UnsupportedTransactionError,
   permanent, retryAfter,
 } from './core/errors.js';

@@ -4,6 +4,8 @@ import express from 'express';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
 import { AdminCredentialsMissingError, createAdminHandler, createBus, defineEvents, type Bus } from '../src/index.js';
+import { checkHealth } from '../src/admin/health.js';
+import type { AdminBus } from '../src/admin/route.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
 import { targets, testBus, type Target } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
@@ -51,6 +53,16 @@ describe('createAdminHandler options', () => {
       if (saved === undefined) delete process.env.REA_ADMIN_TOKEN;
       else process.env.REA_ADMIN_TOKEN = saved;
     }
+  });
+});
+
+describe('checkHealth: the lease figures mean what their names say', () => {
+  const at = (readAt: number, expiresAt: number) =>
+    ({ driver: { admin: { ping: async () => {}, leaderGet: async () => ({ readAt: new Date(readAt), expiresAt: new Date(expiresAt) }) } } }) as unknown as AdminBus;
+  it('valid: no "expired ago", valid for the rest; expired: how long ago, not valid; past the grace: stale', async () => {
+    expect(await checkHealth(at(1_000, 31_000), 30_000)).toEqual({ status: 'ok', database: 'up', leader: 'seen', leaderExpiredAgoMs: null, leaderValidForMs: 30_000 });
+    expect(await checkHealth(at(11_000, 1_000), 30_000)).toEqual({ status: 'ok', database: 'up', leader: 'seen', leaderExpiredAgoMs: 10_000, leaderValidForMs: null });
+    expect(await checkHealth(at(41_000, 1_000), 30_000)).toEqual({ status: 'unavailable', database: 'up', leader: 'stale', leaderExpiredAgoMs: 40_000, leaderValidForMs: null });
   });
 });
 
@@ -224,6 +236,9 @@ describe.each(targets)('admin API on $name', (target) => {
     expect(one.json.jobs[0]).toMatchObject({ target: 'mailer', eventId: ids[0] });
     expect(one.json.attempts).toEqual([]);
     expect((await call(s.url, 'GET', '/api/events/00000000-0000-7000-8000-000000000000', { headers: bearer() })).status).toBe(404);
+    await target.query(`update "${bus.schema}".events set fan_attempts = 1 where id = $1`, [ids[2]]);
+    const page = await call(s.url, 'GET', `/events/${ids[2]}`, { headers: bearer() });
+    expect(page.text).toContain('after 1 fan-out attempt<'); // not "1 fan-out attempts"
 
     const boom = await poisonOne(target, bus);
     expect((await call(s.url, 'GET', '/api/events?state=poisoned', { headers: bearer() })).json.events.map((e: { id: string }) => e.id)).toEqual([boom]);
@@ -384,6 +399,9 @@ describe.each(targets)('admin API on $name', (target) => {
     const after = await call(s.url, 'GET', '/healthz');
     expect(after.status).toBe(200);
     expect(after.json).toMatchObject({ status: 'ok', database: 'up', leader: 'seen' });
+    // A lease that has not expired has no "expired ago", and says how long it is still valid.
+    expect(after.json.leaderExpiredAgoMs).toBeNull();
+    expect(after.json.leaderValidForMs).toBeGreaterThan(0);
 
     const done = bus.lifecycle.waitFor('job:completed');
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'M1' }));

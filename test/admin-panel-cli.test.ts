@@ -1,5 +1,6 @@
 // rea panel: refuses to serve half-configured (no token, or --no-auth on a reachable address),
 // and serves the admin on loopback otherwise.
+import { createServer, type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startPanel } from '../src/cli/panel.js';
 import { call, TOKEN } from './helpers/admin.js';
@@ -16,6 +17,19 @@ describe('rea panel', () => {
     await expect(startPanel({ ...base, host: '192.168.1.10', auth: false })).rejects.toMatchObject({ field: '--host' });
     await expect(startPanel({ ...base })).rejects.toMatchObject({ field: '--token-env' });
     await expect(startPanel({ ...base, port: 'x' })).rejects.toMatchObject({ field: '--port' });
+  });
+
+  it('a port already in use is a usage error naming the port and --port, not a bare EADDRINUSE', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as AddressInfo).port;
+    try {
+      const err = await startPanel({ ...base, port: String(port), auth: false }).then(() => null, (e: unknown) => e);
+      expect(err).toMatchObject({ code: 'ERR_OPTIONS', field: '--port' });
+      expect((err as Error).message).toBe(`invalid option --port: port ${port} on 127.0.0.1 is already in use; pick another with --port, or 0 for a free one`);
+    } finally {
+      await new Promise<void>((resolve) => taken.close(() => resolve()));
+    }
   });
 
   it('serves the API with the token from the environment, and without auth on loopback', async () => {

@@ -48,6 +48,7 @@ describe('alerts', () => {
     const [a] = evaluateAlerts(facts({ backlog: { value: 1, estimated: false }, oldestUnfannedAt: at(420_000) }), thresholds, NOW);
     expect(a).toMatchObject({ name: 'events_backlog', figure: 420_000, threshold: 300_000, unit: 'ms', since: at(120_000) });
     expect(a!.message).toContain('oldest 7 min (threshold 5 min)');
+    expect(a!.message).toMatch(/^1 unfanned event \(threshold 1000\), /); // one event, not "1 unfanned events"
   });
 
   it('events_backlog with both conditions takes the earlier since and reports the count', () => {

@@ -9,7 +9,7 @@ import type { Queryable } from '../src/driver/types.js';
 import { CaptureOptionsError, captureTriggerSql, type CaptureTriggerOptions } from '../src/drivers/postgres/capture.js';
 import { runMigrations } from '../src/drivers/postgres/common.js';
 
-const POSTGRES_URL = process.env.REA_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const POSTGRES_URL = process.env.REA_POSTGRES_URL ?? process.env.REA_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 // In CI a missing PostgreSQL must fail the run, not quietly skip half of it.
 const REQUIRE_SERVICES = process.env.REA_REQUIRE_SERVICES === '1';
 
@@ -276,6 +276,33 @@ for (const backend of backends) {
     it('up fails at once on a misspelt column instead of at the first business write', async () => {
       const schema = await freshSchema();
       await expect(db.exec(captureTriggerSql({ ...orderOptions(schema), payloadColumns: ['id', 'totl'] }).up)).rejects.toThrow(/totl/);
+    });
+
+    // What the README's capture section tells operators to grant: the writer of an application
+    // table needs USAGE on rea's schema besides INSERT on its events table (the trigger function
+    // runs as the writer; it is not SECURITY DEFINER).
+    it.skipIf(backend.name !== 'postgres')('a writer role needs USAGE on rea\'s schema and INSERT on its events, as the README says', async () => {
+      const schema = await freshSchema();
+      const app = `${schema}_app`;
+      const role = `${schema}_writer`;
+      await db.exec(`create schema "${app}"; create table "${app}".orders (id text primary key, status text, total int);
+        create role ${role} login; grant usage on schema "${app}" to ${role}; grant select, insert, update on "${app}".orders to ${role}`);
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), table: `${app}.orders` }).up);
+      const url = new URL(POSTGRES_URL);
+      url.username = role;
+      url.password = '';
+      const writer = new pg.Client({ connectionString: url.toString() });
+      await writer.connect();
+      onTestFinished(async () => {
+        await writer.end();
+        await db.exec(`drop schema if exists "${app}" cascade; drop owned by ${role}; drop role if exists ${role}`);
+      });
+      const write = (id: string) => writer.query(`insert into "${app}".orders (id, status, total) values ($1, 'new', 1)`, [id]);
+      await db.exec(`grant insert on "${schema}".events to ${role}`);
+      await expect(write('A1'), 'INSERT on the events table alone is not enough').rejects.toThrow(`permission denied for schema ${schema}`);
+      await db.exec(`grant usage on schema "${schema}" to ${role}`);
+      await write('A2');
+      expect(await db.query(`select subject from "${schema}".events`)).toEqual([{ subject: 'A2' }]);
     });
 
     it('uuid_v7() makes version 7 ids that carry the current time and strictly increase', async () => {

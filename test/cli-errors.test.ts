@@ -165,6 +165,20 @@ describe('rea: command-line mistakes', () => {
   });
 });
 
+describe('an error no mapping foresaw', () => {
+  it('is one line with its name, exit 1, JSON with --json; no stack', async () => {
+    const adminBus = await import('../src/cli/admin-bus.js');
+    const bug = new TypeError("Cannot read properties of undefined (reading 'rows')");
+    // Stand-in for a bug in a command; rea() restores every mock when it returns.
+    vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
+    expect(await rea('handlers', 'list', '--database-url', PG_URL)).toEqual({ code: 1, text: `rea: TypeError: ${bug.message}` });
+    vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
+    const j = await rea('handlers', 'list', '--json', '--database-url', PG_URL);
+    expect(j.code).toBe(1);
+    expect(JSON.parse(j.text)).toEqual({ error: { code: 'ERR_UNEXPECTED', message: `TypeError: ${bug.message}` } });
+  });
+});
+
 describe('a database that cannot be used', () => {
   it('unreachable: the CLI exits 1 naming the server without its password; the library throws DatabaseError', async () => {
     const url = `postgres://postgres:${SECRET}@127.0.0.1:1/shop`;
@@ -213,6 +227,64 @@ describe('a database that cannot be used', () => {
       expect(bus.driver.isTransientError(err)).toBe(false);
     } finally {
       await bus.stop();
+    }
+  });
+
+  it.skipIf(!postgresTarget.available)('SSL asked of a server without it: one line naming the server and sslmode, not pg\'s bare message', async () => {
+    const url = new URL(PG_URL);
+    url.searchParams.set('sslmode', 'require');
+    const r = await rea('status', '--database-url', url.toString());
+    expect(r.code).toBe(1);
+    expect(r.text).toMatch(/^rea: PostgreSQL at 127\.0\.0\.1:5432\/\S+ \(user postgres\) does not support SSL connections, and the connection string asks for SSL \(sslmode\)/m);
+    expect(r.text).not.toMatch(/^The server does not support SSL connections$/m);
+  });
+
+  it('a TLS certificate the client refused is named as such, and is not worth waiting for', () => {
+    const bus = createBus({ database: { postgres: 'postgres://postgres@db.example:5432/shop', poolSize: 1 }, events });
+    const err = Object.assign(new Error('self-signed certificate in certificate chain'), { code: 'SELF_SIGNED_CERT_IN_CHAIN' });
+    const explained = bus.driver.explainError(err);
+    expect(explained).toMatchObject({ code: 'ERR_DATABASE', kind: 'refused', cause: err });
+    expect((explained as Error).message).toMatch(/^PostgreSQL at db\.example:5432\/shop \(user postgres\): its TLS certificate was not accepted \(SELF_SIGNED_CERT_IN_CHAIN/);
+    expect(bus.driver.isTransientError(explained)).toBe(false);
+    return bus.stop();
+  });
+
+  it.skipIf(!postgresTarget.available)('capture --apply on a table, schema or column that does not exist names the flag, not "rea\'s tables are missing"', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    expect((await rea('migrate', ...db)).code).toBe(0);
+    await postgresTarget.query(`create table ${schema}.capt (id int, a int)`);
+    const capture = (table: string, ...more: string[]) => rea('capture', '--table', table, '--subject', 'id', '--type', 'x.changed', '--apply', ...db, ...more);
+    const cases: [string[], string][] = [
+      [['public.rea_no_such_table', '--watch', 'a'], 'rea: invalid option --table: table public.rea_no_such_table does not exist'],
+      [['rea_no_such_schema.orders', '--watch', 'a'], 'rea: invalid option --table: table rea_no_such_schema.orders does not exist'],
+      [[`${schema}.capt`, '--watch', 'b'], `rea: invalid option --watch: table ${schema}.capt has no column b`],
+      [[`${schema}.capt`, '--watch', 'a', '--payload', 'a,c'], `rea: invalid option --payload: table ${schema}.capt has no column c`],
+    ];
+    for (const [[table, ...more], message] of cases) {
+      const r = await capture(table!, ...more);
+      expect({ message, code: r.code }).toEqual({ message, code: 2 });
+      expect(r.text).toContain(message);
+    }
+    const ok = await capture(`${schema}.capt`, '--watch', 'a');
+    expect(ok).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
+    await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
+  it.skipIf(!postgresTarget.available)('a role without privileges on rea\'s schema: one line naming the server and what was denied, as JSON too', async () => {
+    const schema = freshSchema();
+    const role = `${schema}_reader`;
+    expect((await rea('migrate', '--database-url', PG_URL, '--schema', schema)).code).toBe(0);
+    await postgresTarget.query(`create role ${role} login`);
+    try {
+      const url = new URL(PG_URL);
+      url.username = role;
+      const r = await rea('status', '--database-url', url.toString(), '--schema', schema);
+      expect(r).toEqual({ code: 1, text: expect.stringMatching(new RegExp(`^rea: PostgreSQL at 127\\.0\\.0\\.1:5432/\\S+ \\(user ${role}\\) refused: permission denied for schema ${schema}$`)) });
+      const j = await rea('status', '--json', '--database-url', url.toString(), '--schema', schema);
+      expect(JSON.parse(j.text).error).toMatchObject({ code: 'ERR_DATABASE', message: expect.stringContaining(`refused: permission denied for schema ${schema}`) });
+    } finally {
+      await postgresTarget.query(`drop schema ${schema} cascade; drop role ${role}`);
     }
   });
 

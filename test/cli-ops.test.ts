@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
+import { formatBytes } from '../src/core/format.js';
 import { createBus, defineEvents } from '../src/index.js';
 import { PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
@@ -34,6 +35,11 @@ afterEach(() => vi.restoreAllMocks());
 describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
   const target = postgresTarget;
 
+  it('sizes are in binary units named as such, the same in the CLI and the panel', () => {
+    expect([1023, 1024, 8 * 1024 + 100, 152 * 1024, 1.5 * 1024 ** 2, 3 * 1024 ** 3].map(formatBytes))
+      .toEqual(['1023 B', '1.0 KiB', '8.1 KiB', '152 KiB', '1.5 MiB', '3.0 GiB']);
+  });
+
   it('status prints alerts first for people, JSON for scripts, and --check exits 1 while an alert holds', async () => {
     const bus = await testBus(target, events, quiet);
     const s = bus.schema;
@@ -45,7 +51,8 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     expect(lines[0]).toBe('alerts   1');
     expect(lines[1]).toMatch(/^ {2}! events_poisoned: 1 poisoned event: fix the cause, then `rea events requeue --poisoned` \(since .+ ago\)$/);
     expect(out).toMatch(/events {3}backlog 0 unfanned · oldest - · poisoned 1/);
-    expect(out).toMatch(/tables {3}.*events \d+(\.\d)? kB/);
+    // pg_total_relation_size is in bytes; shown in binary units, named as such (not kB for KiB).
+    expect(out).toMatch(/tables {3}.*events \d+(\.\d)? KiB/);
     expect(code).toBe(1);
 
     const json = JSON.parse((await rea('status', '--database-url', PG_URL, '--schema', s, '--json')).out);

@@ -1,8 +1,11 @@
 // `rea run`: a database that is down while workers start is waited for, not a crash; a signal
 // during the wait stops the process cleanly; past --wait-for-database the error is reported.
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
 const unreachable = fileURLToPath(new URL('./fixtures/unreachable-bus.ts', import.meta.url));
@@ -38,5 +41,33 @@ describe('rea run start-up', () => {
     const code = await run.exited;
     expect(code).toBe(1);
     expect(run.stderr()).toMatch(/rea: cannot reach PostgreSQL at 127\.0\.0\.1:\d+.*ECONNREFUSED/);
+  });
+});
+
+describe('rea run <module> that does not give a bus', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rea-run-module-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, text: string) => {
+    writeFileSync(join(dir, name), text);
+    return join(dir, name);
+  };
+
+  it.each([
+    ['a syntax error', 'syntax.mjs', 'export const bus = ;', /^rea: cannot load \S+syntax\.mjs: SyntaxError: Unexpected token ';' \(node --check \S+syntax\.mjs shows where\)$/],
+    ['a throw while loading', 'throws.mjs', "\nthrow new Error('config missing');", /^rea: cannot load \S+throws\.mjs: it threw while loading: config missing \(at \S+throws\.mjs:2:7\)$/],
+    ['a missing import', 'dep.mjs', "import 'rea-no-such-package'; export const bus = 1;", /^rea: cannot load \S+dep\.mjs: an import it makes is missing: Cannot find package 'rea-no-such-package'/],
+    ['no bus among its exports', 'nothing.mjs', 'export const port = 1;', /^rea: cannot load \S+nothing\.mjs: export a bus created with createBus\(\) as `bus` or as the default export \(or a function returning one\); it exports port$/],
+    ['a factory that throws', 'factory.mjs', "export default () => { throw new TypeError('no config'); };", /^rea: cannot load \S+factory\.mjs: its exported function threw: TypeError: no config$/],
+  ])('%s: one line naming the file and the cause, exit 1, nothing started', async (_what, name, text, message) => {
+    const run = runCli(['run', file(name, text)]);
+    expect(await run.exited).toBe(1);
+    expect(run.stderr().trim()).toMatch(message);
+    expect(run.stderr().trim().split('\n')).toHaveLength(1);
+  });
+
+  it('a file that does not exist is a usage error naming it', async () => {
+    const run = runCli(['run', join(dir, 'nope.mjs')]);
+    expect(await run.exited).toBe(2);
+    expect(run.stderr().trim()).toBe(`rea: invalid option run <module>: ${join(dir, 'nope.mjs')} does not exist`);
   });
 });

@@ -4,7 +4,7 @@
 // and the summary's "discarded" names what was actually discarded, or nothing.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -110,6 +110,27 @@ describe.concurrent('rea demo runs', () => {
     expect(run.stdout()).not.toContain('rea demo:'); // nothing was started
     expect(run.dataDirs()).toEqual([]);
   });
+
+  it('a connection to the reserved panel port during the run is closed, and does not hold the panel back', async (ctx) => {
+    const { expect } = ctx;
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const { port } = probe.address() as AddressInfo;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+
+    const run = demo(ctx, ['--keep-running', '--panel-port', String(port), '--orders', '10', '--rate', '20']);
+    await run.waitForOutput(/^rea demo: /m); // the port is reserved from here on
+    const early = connect(port, '127.0.0.1');
+    const closed = new Promise<void>((resolve) => early.on('close', () => resolve()));
+    early.on('error', () => {});
+    ctx.onTestFinished(() => void early.destroy());
+    await closed; // the early visitor is told no at once, not left hanging
+    const [, url] = await run.waitForOutput(/admin panel: (http:\/\/127\.0\.0\.1:\d+\/)/);
+    expect(url).toBe(`http://127.0.0.1:${port}/`);
+    expect((await fetch(new URL('healthz', url!))).status).toBe(200);
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(0);
+  }, 60_000); // without the fix it waits for the early connection forever
 
   it('names the discarded job from what happened: order ORD-0013, its SMS handler and its error', async (ctx) => {
     const { expect } = ctx;

@@ -6,6 +6,7 @@
 // forgets nothing, and there is no state to clean up. The price: "since" describes the rows that
 // breach now (e.g. the oldest poisoned row still poisoned), not the first breach ever.
 import type { OverviewFacts } from '../driver/operations.js';
+import { plural } from '../core/format.js';
 
 export interface Alert {
   /** events_backlog, events_poisoned, jobs_discarded, handler_unattended (webhooks add endpoint_disabled). */
@@ -55,7 +56,7 @@ export const eventsBacklogAlert: AlertEvaluator = {
     if (byAge) sinces.push(f.oldestUnfannedAt!.getTime() + t.eventsBacklogAgeMs);
     const since = sinces.length ? new Date(Math.min(now, ...sinces)) : null;
     const parts = [
-      `${count}${f.backlog.estimated ? ' (estimate)' : ''} unfanned events${on(t.eventsBacklog) ? ` (threshold ${t.eventsBacklog})` : ''}`,
+      `${count}${f.backlog.estimated ? ' (estimate)' : ''} unfanned event${count === 1 ? '' : 's'}${on(t.eventsBacklog) ? ` (threshold ${t.eventsBacklog})` : ''}`,
       `oldest ${ageMs === null ? '-' : formatMs(ageMs)}${on(t.eventsBacklogAgeMs) ? ` (threshold ${formatMs(t.eventsBacklogAgeMs)})` : ''}`,
     ];
     const message = `${parts.join(', ')}: the relay is behind or stopped`;
@@ -153,8 +154,4 @@ export function formatMs(ms: number): string {
   if (ms < 7_200_000) return `${Math.round(ms / 60_000)} min`;
   if (ms < 172_800_000) return `${(ms / 3_600_000).toFixed(1)} h`;
   return `${(ms / 86_400_000).toFixed(1)} d`;
-}
-
-function plural(n: number, noun: string): string {
-  return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }

@@ -7,8 +7,10 @@ export interface Health {
   database: 'up' | 'down';
   /** 'seen': a lease that is valid now or expired less than the grace ago. */
   leader: 'seen' | 'stale' | 'none' | 'unknown';
-  /** How long ago the lease expired (negative: still valid for that long); null without a lease. */
+  /** How long ago the lease expired; null while it is valid, or without a lease. */
   leaderExpiredAgoMs: number | null;
+  /** How long the lease is still valid; null once it has expired, or without a lease. */
+  leaderValidForMs: number | null;
 }
 
 export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 2000): Promise<Health> {
@@ -21,15 +23,19 @@ export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 20
       await Promise.race([bus.driver.admin.ping(), timeout]);
     } catch {
       // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
-      return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null };
+      return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
     }
     // The database answers but the lease cannot be read: not migrated, or no permission.
     const lease = await Promise.race([bus.driver.admin.leaderGet(), timeout]).catch(() => undefined);
-    if (lease === undefined) return { status: 'unavailable', database: 'up', leader: 'unknown', leaderExpiredAgoMs: null };
-    if (!lease) return { status: 'unavailable', database: 'up', leader: 'none', leaderExpiredAgoMs: null };
+    if (lease === undefined) return { status: 'unavailable', database: 'up', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
+    if (!lease) return { status: 'unavailable', database: 'up', leader: 'none', leaderExpiredAgoMs: null, leaderValidForMs: null };
+    // Both times are the database's (readAt is its now()), so the two clocks never disagree.
     const ago = lease.readAt.getTime() - lease.expiresAt.getTime();
     const seen = ago <= graceMs;
-    return { status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale', leaderExpiredAgoMs: ago };
+    return {
+      status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale',
+      leaderExpiredAgoMs: ago > 0 ? ago : null, leaderValidForMs: ago > 0 ? null : -ago,
+    };
   } finally {
     clearTimeout(timer);
   }

@@ -110,13 +110,6 @@ export function duration(ms: number | null | undefined): string {
   return relative(ms).replace(/ ago$/, '');
 }
 
-export function bytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
-  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
-  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
-}
-
 /** A table that turns into stacked cards on a narrow screen (each cell labelled by data-label);
  *  a compact one (two short columns) stays a table. */
 export function table(headers: string[], rows: Part[][], empty = 'Nothing here.', opts: { compact?: boolean } = {}): Safe {

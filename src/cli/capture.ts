@@ -1,11 +1,33 @@
 // rea capture: print (or apply) the migration SQL for a trigger that records an event when a
 // watched column of an application table really changes.
 import { Command } from 'commander';
+import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
 
 const list = (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean);
+
+interface ColumnFlags { table: string; subject: string; watch?: string[]; payload?: string[] }
+
+/**
+ * What the database said about the up SQL, as an error naming the flag at fault: the table (or
+ * its schema) missing, a column missing (the script selects every named column first), anything
+ * else it refused. Errors that are not the database's come back as they are.
+ */
+function applyError(err: unknown, flags: ColumnFlags): unknown {
+  if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
+  const code = String((err as { code?: unknown }).code ?? '');
+  const message = String((err as { message?: unknown }).message ?? '');
+  if (code === '42P01' || code === '3F000') return new OptionsError('--table', `table ${flags.table} does not exist (the database said: ${message})`);
+  if (code === '42703') {
+    const column = /^column "([^"]+)" does not exist$/.exec(message)?.[1];
+    const field = column === undefined || column === flags.subject ? '--subject' : flags.watch?.includes(column) ? '--watch' : '--payload';
+    return new OptionsError(field, `table ${flags.table} has no column ${column ?? '(unnamed)'} (the database said: ${message})`);
+  }
+  if (/^[0-9A-Z]{5}$/.test(code)) return new DatabaseError('refused', `the capture trigger on ${flags.table} was not applied: ${message} (SQLSTATE ${code})`, { cause: err });
+  return err;
+}
 
 export function captureCommand(): Command {
   return addConnectionFlags(
@@ -38,7 +60,7 @@ export function captureCommand(): Command {
       });
       if (flags.apply) {
         resolveConnection(flags); // fail early with a clear message when no database is given
-        await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up));
+        await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
         console.log(`capture trigger on ${flags.table} applied`);
         return;
       }

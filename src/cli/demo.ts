@@ -16,7 +16,7 @@ import { pino } from 'pino';
 import type { Logger } from '../core/logger.js';
 import { verifyPayload } from '../channels/webhook/signature.js';
 import { formatOverview } from './status.js';
-import { servePanel } from './panel.js';
+import { listenError, servePanel } from './panel.js';
 import type { AdminBus } from '../admin/route.js';
 
 export const demoEvents = defineEvents({
@@ -64,17 +64,16 @@ function rate(field: string, raw: string | number): number {
   return n;
 }
 
-/** A listen error on the panel's port as a usage error naming the port and the flag; others as they are. */
-function panelListenError(err: unknown, p: number): unknown {
-  const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  if (code === 'EADDRINUSE') return new OptionsError('--panel-port', `port ${p} on ${PANEL_HOST} is already in use; pick another, or 0 for a free one`);
-  if (code === 'EACCES') return new OptionsError('--panel-port', `not permitted to listen on port ${p} on ${PANEL_HOST} (EACCES); pick a port above 1023, or 0 for a free one`);
-  return err;
-}
+/** A listen error on the panel's port as a usage error naming the port and --panel-port. */
+const panelListenError = (err: unknown, port: number) => listenError(err, { host: PANEL_HOST, port, flag: '--panel-port' });
 
-/** Bind the panel's port now, so a port in use fails before the demo's work, not after it. */
+/**
+ * Bind the panel's port now, so a port in use fails before the demo's work, not after it. A
+ * connection made to it meanwhile (a browser opened early) is closed at once: close() waits for
+ * open connections, so one held open would keep the panel from starting.
+ */
 async function reservePort(p: number): Promise<NetServer> {
-  const server = createNetServer();
+  const server = createNetServer((socket) => socket.destroy());
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);

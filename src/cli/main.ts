@@ -2,6 +2,7 @@
 import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
 import { ReaError } from '../core/errors.js';
+import { namedMessage } from '../core/errors-format.js';
 import { captureCommand } from './capture.js';
 import { demoCommand } from './demo.js';
 import { endpointsCommand } from './endpoints.js';
@@ -63,9 +64,13 @@ export async function main(argv: string[]): Promise<void> {
     if (err instanceof ReaError) {
       const field = (err as { field?: string }).field;
       console.error(json ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
-      process.exitCode = err.code === 'ERR_DATABASE' ? EXIT_FAILED : EXIT_USAGE;
+      process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
-    throw err;
+    // Not one of rea's errors (a bug, or something no mapping foresaw): one line, its name and
+    // message, in the form asked for; the stack stays out of an operator's terminal.
+    const message = namedMessage(err);
+    console.error(json ? JSON.stringify({ error: { code: 'ERR_UNEXPECTED', message } }) : `rea: ${message}`);
+    process.exitCode = EXIT_FAILED;
   }
 }

@@ -42,12 +42,22 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
   if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
   const bus = adminBus(flags);
   try {
-    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! } });
+    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! } })
+      .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
   } catch (err) {
     await bus.stop();
     throw err;
   }
+}
+
+/** A listen error on host:port as a usage error naming the port and `flag`; others as they are. */
+export function listenError(err: unknown, o: { host: string; port: number; flag: string }): unknown {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (code === 'EADDRINUSE') return new OptionsError(o.flag, `port ${o.port} on ${o.host} is already in use; pick another with ${o.flag}, or 0 for a free one`);
+  if (code === 'EACCES') return new OptionsError(o.flag, `not permitted to listen on port ${o.port} on ${o.host} (EACCES); pick a port above 1023 with ${o.flag}, or 0 for a free one`);
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') return new OptionsError('--host', `cannot listen on ${o.host}: no such local address (${code})`);
+  return err;
 }
 
 /** Serve the admin handler for `bus` on host:port (0 picks a free port); the bus stays the caller's. */

@@ -18,7 +18,7 @@ export function retentionCommand(): Command {
       const pass = (bus: Bus<any>) => bus.retention.run({ dryRun: flags.dryRun === true });
       let report: RetentionReport;
       if (flags.module) {
-        const bus = await loadBus(flags.module);
+        const bus = await loadBus(flags.module, '--module');
         try {
           report = await pass(bus);
         } finally {

@@ -1,10 +1,15 @@
 // rea run <module>: start the bus a module exports, and stop it gracefully on SIGINT/SIGTERM.
-import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { existsSync } from 'node:fs';
+import { extname, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { Bus } from '../bus.js';
-import { OptionsError } from '../core/errors.js';
+import { ModuleLoadError, OptionsError } from '../core/errors.js';
+import { namedMessage } from '../core/errors-format.js';
 import { wholeNumber } from './settings.js';
+
+/** rea's own code (dist/, or src/ when run from source): not where a user's module threw. */
+const REA_CODE = new URL('..', import.meta.url).href;
 
 export function runCommand(): Command {
   return new Command('run')
@@ -56,12 +61,50 @@ async function untilReachable(bus: Bus<any>, waitMs: number, cancelled: () => bo
   }
 }
 
-export async function loadBus(modulePath: string): Promise<Bus<any>> {
-  const mod = await import(pathToFileURL(resolve(modulePath)).href);
+/**
+ * The bus `modulePath` exports (as `bus` or default, or a function returning one). A missing file
+ * names the flag (`field`); a module that does not load, throws while loading or exports no bus
+ * is a ModuleLoadError naming the file and the cause, never a bare stack.
+ */
+export async function loadBus(modulePath: string, field = 'run <module>'): Promise<Bus<any>> {
+  const path = resolve(modulePath);
+  if (!existsSync(path)) throw new OptionsError(field, `${modulePath} does not exist${path === modulePath ? '' : ` (looked for ${path})`}`);
+  let mod: Record<string, unknown>;
+  try {
+    mod = await import(pathToFileURL(path).href);
+  } catch (err) {
+    throw new ModuleLoadError(modulePath, importProblem(err, modulePath), { cause: err });
+  }
   let candidate = mod.bus ?? mod.default;
-  if (typeof candidate === 'function') candidate = await candidate();
-  if (!candidate || typeof candidate.start !== 'function' || typeof candidate.record !== 'function') {
-    throw new OptionsError('run <module>', `${modulePath} must export a bus created with createBus() as \`bus\` or as its default export`);
+  if (typeof candidate === 'function') {
+    try {
+      candidate = await candidate();
+    } catch (err) {
+      throw new ModuleLoadError(modulePath, `its exported function threw: ${namedMessage(err)}`, { cause: err });
+    }
+  }
+  if (!isBus(candidate)) {
+    const names = Object.keys(mod);
+    const found = names.length === 0 ? 'it exports nothing' : `it exports ${names.join(', ')}${mod.bus ?? mod.default ? ', and that is not a bus' : ''}`;
+    throw new ModuleLoadError(modulePath, `export a bus created with createBus() as \`bus\` or as the default export (or a function returning one); ${found}`);
   }
   return candidate;
+}
+
+function isBus(x: unknown): x is Bus<any> {
+  return typeof x === 'object' && x !== null && typeof (x as Bus<any>).start === 'function' && typeof (x as Bus<any>).record === 'function';
+}
+
+/** Why import() failed, in the words a user can act on; where it threw when the stack says so. */
+function importProblem(err: unknown, modulePath: string): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (code === 'ERR_UNKNOWN_FILE_EXTENSION') return `node cannot import ${extname(modulePath)} files by itself; compile it, or run rea with a loader (node --import tsx node_modules/.bin/rea …)`;
+  if (code === 'ERR_MODULE_NOT_FOUND' || code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return `an import it makes is missing: ${namedMessage(err)}`;
+  if (err instanceof SyntaxError) return `${namedMessage(err)} (node --check ${modulePath} shows where)`;
+  // Where it threw: the first stack frame in the user's files (not a dependency's, not rea's own).
+  const frame = String((err as Error | undefined)?.stack ?? '').split('\n')
+    .map((line) => /(file:\/\/[^\s()]+):(\d+):(\d+)\)?$/.exec(line.trim()))
+    .find((m) => m !== null && !m[1]!.includes('/node_modules/') && !m[1]!.startsWith(REA_CODE));
+  const where = frame ? ` (at ${fileURLToPath(frame[1]!)}:${frame[2]}:${frame[3]})` : '';
+  return `it threw while loading: ${namedMessage(err)}${where}`;
 }

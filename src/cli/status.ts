@@ -3,6 +3,7 @@
 import { Command } from 'commander';
 import { formatMs } from '../admin/alerts.js';
 import type { Overview } from '../bus.js';
+import { formatBytes } from '../core/format.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
 
@@ -19,18 +20,6 @@ export function statusCommand(): Command {
 
 export function formatAge(ms: number | null): string {
   return ms === null ? '-' : formatMs(ms);
-}
-
-export function formatBytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  const units = ['kB', 'MB', 'GB', 'TB'];
-  let v = n / 1024;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${v < 10 ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
 }
 
 export function formatOverview(o: Overview): string {

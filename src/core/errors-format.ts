@@ -15,6 +15,13 @@ export function errorMessage(err: unknown): string {
   }
 }
 
+/** `TypeError: x is undefined` for one line of output; a plain Error's message alone. */
+export function namedMessage(err: unknown): string {
+  const message = errorMessage(err);
+  const name = err instanceof Error ? err.name : '';
+  return name && name !== 'Error' && !message.startsWith(name) ? `${name}: ${message}` : message;
+}
+
 export function errorName(err: unknown): string {
   if (err instanceof Error) return truncate(String(err.name), MAX_NAME);
   return typeof err;

@@ -11,6 +11,7 @@ export type ReaErrorCode =
   | 'ERR_BUS_STATE'
   | 'ERR_MIGRATION'
   | 'ERR_DATABASE'
+  | 'ERR_MODULE'
   | 'ERR_NOT_FOUND'
   | 'ERR_INVALID_FILTER';
 
@@ -92,6 +93,13 @@ export class BusStateError extends ReaError {
 export class DatabaseError extends ReaError {
   constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated', message: string, options?: { cause?: unknown }) {
     super('ERR_DATABASE', message, options);
+  }
+}
+
+/** A module the CLI was told to load (rea run, retention run --module) failed to import or to build its bus. */
+export class ModuleLoadError extends ReaError {
+  constructor(readonly path: string, problem: string, options?: { cause?: unknown }) {
+    super('ERR_MODULE', `cannot load ${path}: ${problem}`, options);
   }
 }
 

@@ -1,4 +1,5 @@
 // GET /events/:id: one event with payload, trace id, state, its jobs and its delivery attempts.
+import { plural } from '../../core/format.js';
 import { loadEvent } from '../data.js';
 import { actionButton, badge, duration, html, layout, prettyJson, table, time } from '../html.js';
 import { defineRoute } from '../route.js';
@@ -24,7 +25,7 @@ export default defineRoute({
     const body = html`<h1>Event <code>${e.type}</code></h1>
 <dl>
 <dt>Id</dt><dd><code>${e.id}</code></dd>
-<dt>State</dt><dd>${badge(state)}${e.fanAttempts ? html` <span class="muted">after ${e.fanAttempts} fan-out attempts</span>` : ''}</dd>
+<dt>State</dt><dd>${badge(state)}${e.fanAttempts ? html` <span class="muted">after ${plural(e.fanAttempts, 'fan-out attempt')}</span>` : ''}</dd>
 <dt>Subject</dt><dd>${e.subject ?? '-'}</dd>
 <dt>Trace id</dt><dd><a href="${p.base}/events?traceId=${encodeURIComponent(e.traceId ?? '')}"><code>${e.traceId ?? ''}</code></a></dd>
 <dt>Recorded</dt><dd>${time(e.createdAt)} ${e.createdBy ? html`by ${e.createdBy}` : ''}</dd>

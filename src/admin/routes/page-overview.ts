@@ -1,7 +1,8 @@
 // GET /: the overview page. Alerts first, then backlog, oldest unfanned age, poisoned count,
 // jobs by state and table sizes; it reloads itself every few seconds.
 import { checkHealth } from '../health.js';
-import { actionButton, badge, bytes, duration, html, layout, table, time } from '../html.js';
+import { formatBytes } from '../../core/format.js';
+import { actionButton, badge, duration, html, layout, table, time } from '../html.js';
 import type { Alert } from '../alerts.js';
 import { defineRoute, type RouteContext } from '../route.js';
 
@@ -30,7 +31,7 @@ ${tile('leader', 'leader lease', health.leader === 'seen' ? 'held' : health.lead
 ${table(['State', 'Jobs'], Object.entries(o.jobs).map(([state, n]) => [html`<a href="${p.base}/jobs?state=${state}">${badge(state)}</a>`, html`<span class="num">${n}</span>`]), 'No jobs.', { compact: true })}
 </section>
 <section><h2>Table sizes</h2>
-${table(['Table', 'Size'], o.tables.map((t) => [html`<code>${t.name}</code>`, bytes(t.totalBytes)]), 'Table sizes are not reported by this version of rea.', { compact: true })}
+${table(['Table', 'Size'], o.tables.map((t) => [html`<code>${t.name}</code>`, formatBytes(t.totalBytes)]), 'Table sizes are not reported by this version of rea.', { compact: true })}
 </section>
 </div>`;
     return { html: layout(p, 'Overview', body) };

@@ -96,6 +96,13 @@ export function checkConnectionString(url: string, field: string): void {
 
 const REFUSED_CODES = new Set(['28P01', '28000', '3D000']);
 const MISSING_RELATION = /^relation "([^"]+)" does not exist$/;
+const MISSING_SCHEMA = /^schema "([^"]+)" does not exist$/;
+// Node's codes for a server certificate that TLS verification refused (sslmode=verify-full, and
+// node-postgres's require / prefer, which verify too).
+const TLS_CERT_CODES = new Set([
+  'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
 
 /**
  * Name what went wrong when the database cannot be used at all: nothing answering, a refusal
@@ -107,13 +114,24 @@ export function explainPostgresError(err: unknown, schema: string, where: string
   const code = String((err as { code?: unknown }).code ?? '');
   const message = String((err as { message?: unknown }).message ?? '');
   if (code === '42P01' || code === '3F000') {
+    // Only rea's own schema and tables: a missing application table (rea capture) is not this.
     const relation = MISSING_RELATION.exec(message)?.[1];
-    if (code === '3F000' || relation?.startsWith(`${schema}.`) || relation?.startsWith(`"${schema}".`)) {
+    const missingSchema = MISSING_SCHEMA.exec(message)?.[1];
+    if (missingSchema === schema || relation?.startsWith(`${schema}.`) || relation?.startsWith(`"${schema}".`)) {
       return new DatabaseError('not-migrated', `rea's tables are not in schema "${schema}" of ${where}: run the migrations first (rea migrate, or bus.migrate()); the database said: ${message}`, { cause: err });
     }
     return err;
   }
   if (REFUSED_CODES.has(code)) return new DatabaseError('refused', `${where} refused the connection: ${message}`, { cause: err });
+  // insufficient_privilege: the role may connect, but not use that schema or table (the message names it).
+  if (code === '42501') return new DatabaseError('refused', `${where} refused: ${message}`, { cause: err });
+  // node-postgres's own words (no code) when the URL asks for SSL and the server answers it has none.
+  if (/^The server does not support SSL connections$/.test(message)) {
+    return new DatabaseError('refused', `${where} does not support SSL connections, and the connection string asks for SSL (sslmode): connect without sslmode (or with sslmode=disable), or enable SSL on the server`, { cause: err });
+  }
+  if (TLS_CERT_CODES.has(code)) {
+    return new DatabaseError('refused', `${where}: its TLS certificate was not accepted (${code}: ${message}); give the CA with sslrootcert, or choose another sslmode`, { cause: err });
+  }
   if (isConnectionError(err)) return new DatabaseError('unreachable', `cannot reach ${where}: ${message || code}`, { cause: err });
   return err;
 }
