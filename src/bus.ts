@@ -420,7 +420,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async start() {
       if (state === 'started') return;
       if (state === 'stopped') throw new BusStateError('a stopped bus cannot be started again; create a new one');
-      // The first statement a started bus runs: a database that is down or not migrated is named here.
+      // The first statements a started bus runs: a database that is down, or a schema missing or
+      // behind on migrations, is named here, not in a warning from every poll.
+      await explained(driver.checkMigrated());
       await explained(driver.executor.handlerUpsertMany(
         [...handlers.values()].map((h) => ({
           name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,

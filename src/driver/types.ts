@@ -229,6 +229,8 @@ export interface Driver {
   readonly operations: OperationsExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
   migrate(): Promise<{ applied: number[] }>;
+  /** Throw DatabaseError('not-migrated') unless every migration this driver ships is applied. */
+  checkMigrated(): Promise<void>;
   /** Run fn in a transaction on one of rea's own connections. */
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */

@@ -3,7 +3,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
-import { explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
+import { explainPostgresError, isTransientPostgresError, checkMigrated, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
@@ -50,6 +50,10 @@ export class PGliteDriver implements Driver {
   async migrate(): Promise<{ applied: number[] }> {
     const applied = await this.db.transaction((tx) => runMigrations(tx as unknown as Queryable, (text) => tx.exec(text), this.schema));
     return { applied };
+  }
+
+  checkMigrated(): Promise<void> {
+    return checkMigrated(this.db as unknown as Queryable, this.schema, this.where);
   }
 
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {

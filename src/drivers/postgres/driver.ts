@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { checkConnectionString, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, checkMigrated, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
@@ -77,6 +77,10 @@ export class PostgresDriver implements Driver {
   async migrate(): Promise<{ applied: number[] }> {
     const applied = await this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema));
     return { applied };
+  }
+
+  checkMigrated(): Promise<void> {
+    return checkMigrated(this.pool as unknown as Queryable, this.schema, this.where);
   }
 
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
