@@ -12,6 +12,12 @@ export interface Queryable {
 export interface TransactionOptions {
   /** Events to write just before COMMIT (with `deferredRecord`, in the same round trip). */
   pendingEvents?: () => EventInsert[];
+  /**
+   * True once fn was cut short by its job's abort (a transactional handler's timeout, a stop): its
+   * statement may still be running and the handler may still write through the raw handle, so
+   * the driver cancels the statement and drops the connection rather than queue a ROLLBACK behind it.
+   */
+  aborted?: () => boolean;
 }
 
 export interface DriverCapabilities {

@@ -57,6 +57,9 @@ export class PGliteDriver implements Driver {
   }
 
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
+    // options.aborted needs nothing here: a statement runs on this thread, so none is still
+    // running when an abort is seen, and PGlite closes `tx` (a late write through it fails) as
+    // it rolls back. A slow statement holds the whole process, its timeout included, until it ends.
     return this.db.transaction(async (tx) => {
       const result = await fn(tx as unknown as Queryable, tx);
       // In-process, a round trip costs nothing: pending events (if any) are simply inserted.
