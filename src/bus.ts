@@ -159,7 +159,7 @@ export interface Bus<S extends EventSchemas> {
     /**
      * Run discarded (or cancelled) jobs again now. A retried job keeps its attempt count and gets
      * its handler's full allowance on top; jobs whose event retention removed are left alone.
-     * Returns the ids rescheduled.
+     * Returns the ids rescheduled; NotFoundError (listing the known ones) for a handler no bus registered.
      */
     retry(target: readonly string[] | { state: 'discarded' | 'cancelled'; handler?: string }): Promise<string[]>;
     /** Cancel waiting jobs (available, retryable); running and final jobs are left alone. Returns the ids cancelled. */
@@ -420,7 +420,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async start() {
       if (state === 'started') return;
       if (state === 'stopped') throw new BusStateError('a stopped bus cannot be started again; create a new one');
-      // The first statement a started bus runs: a database that is down or not migrated is named here.
+      // The first statements a started bus runs: a database that is down, or a schema missing or
+      // behind on migrations, is named here, not in a warning from every poll.
+      await explained(driver.checkMigrated());
       await explained(driver.executor.handlerUpsertMany(
         [...handlers.values()].map((h) => ({
           name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
@@ -546,6 +548,11 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
             throw new OptionsError('jobs.retry', "pass job ids, or { state: 'discarded' | 'cancelled', handler? }");
           }
           if (t.handler !== undefined && (typeof t.handler !== 'string' || t.handler === '')) throw new OptionsError('jobs.retry.handler', 'must be a handler name');
+          // A mistyped name would otherwise retry nothing, and say nothing.
+          if (t.handler !== undefined && !(await driver.operations.handlerKnown({ name: t.handler as string }))) {
+            const names = (await driver.operations.handlerSchedules()).map((h) => `'${h.name}'`);
+            throw new NotFoundError(`handler ${JSON.stringify(t.handler)}`, `known handlers: ${names.length ? names.join(', ') : '(none registered)'}`);
+          }
           ids = await driver.operations.jobRetry({ state: t.state, handler: t.handler as string | undefined, now: clock.now() });
         }
         if (ids.length > 0) {

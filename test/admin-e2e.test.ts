@@ -53,7 +53,7 @@ describe.skipIf(!browserAvailable)('admin panel in Chromium', () => {
     const endpoint = await bus.endpoints.create({ url: `${receiver.url}/hook`, eventTypes: ['order.*'], description: 'warehouse' });
     await bus.endpoints.disable(endpoint.id, { reason: 'receiver returned 410 Gone' });
 
-    const handler = createAdminHandler(bus as never, { auth: { token: TOKEN } });
+    const handler = createAdminHandler(bus, { auth: { token: TOKEN } });
     const app = await serve(handler);
     mkdirSync(ARTIFACTS, { recursive: true });
     const browser = await launchBrowser();

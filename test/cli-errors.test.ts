@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
 import { checkConnectionString, describeConnection } from '../src/drivers/postgres/common.js';
-import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
+import { freshSchema, PG_URL, postgresTarget, targets, testBus } from './helpers/db.js';
 
 const SECRET = 's3cretpw';
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
@@ -329,5 +329,51 @@ describe('a database that cannot be used', () => {
       await client.end();
       await bus.stop();
     }
+  });
+});
+
+describe.each(targets)('start() on a schema that is not migrated, on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  // Without handlers start() ran no statement of its own: it resolved, and the relay, the worker
+  // and the leader election then logged "relation does not exist" on every poll.
+  test('without handlers, start() rejects with not-migrated and nothing starts polling', async () => {
+    const schema = freshSchema();
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, error() {}, warn: (_o: object, msg?: string) => void warnings.push(msg ?? ''), child: () => logger };
+    const bus = createBus({ database: target.database(), events, schema, logger, relay: { minPollMs: 5, maxPollMs: 5 } });
+    try {
+      const err = await bus.start().then(() => null, (e: unknown) => e);
+      expect(err).toBeInstanceOf(DatabaseError);
+      expect(err).toMatchObject({ kind: 'not-migrated', message: expect.stringContaining(`schema "${schema}"`) });
+      expect((err as Error).message).toContain('run the migrations first (rea migrate, or bus.migrate())');
+      await new Promise((r) => setTimeout(r, 100));
+      expect(warnings).toEqual([]);
+    } finally {
+      await bus.stop();
+    }
+  });
+
+  test('a schema behind on migrations is named, with the ones it lacks, whether or not handlers are registered', async () => {
+    const migrated = await testBus(target, events);
+    // As if the latest migration had not run yet (its row is what the check reads).
+    const [latest] = await target.query<{ version: number; name: string }>(`select version, name from "${migrated.schema}".migrations order by version desc limit 1`);
+    await target.query(`delete from "${migrated.schema}".migrations where version = $1`, [latest!.version]);
+    for (const withHandler of [false, true]) {
+      const bus = createBus({ database: target.database(), events, schema: migrated.schema });
+      if (withHandler) bus.on('note.saved', 'noop', () => {});
+      try {
+        await expect(bus.start()).rejects.toMatchObject({
+          code: 'ERR_DATABASE', kind: 'not-migrated',
+          message: expect.stringMatching(new RegExp(`^schema "${migrated.schema}" of .* lacks rea's migration ${latest!.version}: run the migrations first`)),
+        });
+      } finally {
+        await bus.stop();
+      }
+    }
+    await target.query(`insert into "${migrated.schema}".migrations (version, name) values ($1, $2)`, [latest!.version, latest!.name]);
+    const bus = createBus({ database: target.database(), events, schema: migrated.schema });
+    await bus.start();
+    await bus.stop();
   });
 });

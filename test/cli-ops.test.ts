@@ -122,6 +122,11 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     const bad = vi.spyOn(console, 'error').mockImplementation(() => {});
     await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s);
     expect(bad.mock.calls.flat().join(' ')).toMatch(/give job ids, or one of --discarded/);
+    // A mistyped handler name is an error, not "retried 0 jobs".
+    bad.mockClear();
+    const unknown = await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, '--discarded', '--handler', 'nosuch');
+    expect(unknown).toEqual({ out: '', code: 2 });
+    expect(bad.mock.calls.flat().join(' ')).toBe('rea: handler "nosuch" not found; known handlers: (none registered)');
   });
 
   it('events list and jobs list find the ids the repair commands take, a page at a time; a bad filter names the flag', async () => {

@@ -198,6 +198,59 @@ describe.each(targets)('delivery on $name', (target) => {
     expect(await target.query(`select note from "${s}".side_effects`)).toEqual([{ note: 'n:2' }]);
   });
 
+  test('transactional: a write a handler makes after its timeout fails and never commits, through ctx.tx or its raw handle', async () => {
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".side_effects (note text)`);
+    const late = deferred<unknown[]>();
+    bus.on('audit.logged', 'late-writer', async (_e, ctx) => {
+      await ctx.tx!.query(`insert into "${s}".side_effects values ('before')`);
+      await new Promise((r) => setTimeout(r, 400)); // past the timeout, ignoring ctx.signal
+      const raw = ctx.tx!.raw as { query(sql: string): Promise<unknown> };
+      late.resolve(await Promise.all([
+        ctx.tx!.query(`insert into "${s}".side_effects values ('late tx')`).then(() => 'written', (e: Error) => e.message),
+        raw.query(`insert into "${s}".side_effects values ('late raw')`).then(() => 'written', (e: Error) => e.message),
+      ]));
+    }, { transactional: true, timeoutMs: 150, maxAttempts: 1 });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const id = await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: 'n' }));
+    expect((await discarded).error).toBe('handler timed out after 150 ms and was aborted');
+    const outcomes = await late.promise;
+    expect(outcomes).not.toContain('written');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await target.query(`select note from "${s}".side_effects`)).toEqual([]);
+    expect(await target.query(`select handler from "${s}".consumes where event_id = $1`, [id])).toEqual([]);
+  });
+
+  // PGlite runs a statement on the event loop's own thread: a slow one holds the whole process
+  // (timers included), so only PostgreSQL can be cut in the middle of one.
+  it.skipIf(!target.available || target.name !== 'postgres')('transactional: a statement still running at the timeout is cancelled; the job fails at once, nothing commits, and stop() is not held', async () => {
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".side_effects (note text)`);
+    const statement = deferred<unknown>();
+    bus.on('audit.logged', 'sleeper', async (_e, ctx) => {
+      await ctx.tx!.query(`insert into "${s}".side_effects values ('before')`);
+      await ctx.tx!.query('select pg_sleep(30)').catch((e: unknown) => (statement.resolve(e), null));
+      await ctx.tx!.query(`insert into "${s}".side_effects values ('after')`);
+    }, { transactional: true, timeoutMs: 300, maxAttempts: 1 });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const started = Date.now();
+    const id = await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: 'n' }));
+    expect((await discarded).error).toBe('handler timed out after 300 ms and was aborted');
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(await statement.promise).toBeInstanceOf(Error);
+    const sleeping = await target.query(`select pid from pg_stat_activity where query = 'select pg_sleep(30)' and state = 'active'`);
+    expect(sleeping).toEqual([]);
+    expect(await target.query(`select note from "${s}".side_effects`)).toEqual([]);
+    expect(await target.query(`select handler from "${s}".consumes where event_id = $1`, [id])).toEqual([]);
+    const stopping = Date.now();
+    await bus.stop({ timeoutMs: 500 });
+    expect(Date.now() - stopping).toBeLessThan(2000);
+  });
+
   test('handlers run in the event trace; events they record inherit the trace id; idempotency key is eventId:handler', async () => {
     const bus = await testBus(target, events);
     let ctxSeen: HandlerContext | undefined;

@@ -78,6 +78,26 @@ describe.each(targets)('stored handlers on $name', (target) => {
     await expect(admin.handlers.forget('slow')).rejects.toThrow(/was had by a running worker at .*: stop it first, or pass force/);
     release();
   });
+
+  test('jobs.retry by state names a handler no bus registered, with the known ones; a forgotten handler with stored jobs still counts', async () => {
+    const v1 = await testBus(target, events, { relay: { enabled: false } });
+    v1.on('order.placed', 'mailer', () => {});
+    v1.on('order.placed', 'sms', () => {});
+    await v1.start();
+    await v1.stop();
+    const admin = await testBus(target, events, { schema: v1.schema, relay: { enabled: false }, worker: { enabled: false } });
+    const err = await admin.jobs.retry({ state: 'discarded', handler: 'mailr' }).then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect((err as Error).message).toBe(`handler "mailr" not found; known handlers: 'mailer', 'sms'`);
+    expect(await admin.jobs.retry({ state: 'discarded', handler: 'mailer' })).toEqual([]);
+
+    // 'sms' is forgotten, but its cancelled jobs can still be retried by name.
+    const [eventId] = await admin.transaction((tx) => admin.recordMany(tx, [{ type: 'order.placed', payload: { n: 1 } }]));
+    await admin.relayOnce();
+    expect(await admin.handlers.forget('sms', { force: true })).toEqual({ cancelled: 1 });
+    const [smsJob] = (await admin.jobs.forEvent(eventId!)).filter((j) => j.target === 'sms');
+    expect(await admin.jobs.retry({ state: 'cancelled', handler: 'sms' })).toEqual([smsJob!.id]);
+  });
 });
 
 describe('rea handlers', () => {

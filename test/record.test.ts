@@ -7,7 +7,7 @@ import {
   defineEvents, PayloadNotJsonError, PayloadTooLargeError, PayloadValidationError, UnknownEventTypeError,
   UnsupportedTransactionError, DuplicateHandlerError, OptionsError,
 } from '../src/index.js';
-import { PG_URL, targets, testBus, type Target } from './helpers/db.js';
+import { PG_URL, pgliteTarget, postgresTarget, targets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string(), total: z.number().int(), lines: z.array(z.object({ sku: z.string() })).optional() }),
@@ -203,6 +203,46 @@ describe.each(targets)('record on $name', (target) => {
     });
     const err = await bus.record(leaked, 'order.created', { orderNo: 'L', total: 1 }).catch((e) => e);
     expect(err).toBeInstanceOf(UnsupportedTransactionError);
+  });
+});
+
+// Both buses take any object with a query(): without this check a PGlite bus wrote into the pg
+// server behind a pg client (autocommitted, or "not migrated"), and a postgres bus into PGlite.
+describe('record() given a handle of the other database', () => {
+  it.skipIf(!postgresTarget.available)('is refused with an error naming what was passed and what the bus expects; nothing is stored', async () => {
+    const lite = await testBus(pgliteTarget, events);
+    const server = await testBus(postgresTarget, events);
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 2 });
+    const client = await pool.connect();
+    const db = (pgliteTarget.database() as { pglite: { transaction<T>(fn: (tx: unknown) => Promise<T>): Promise<T> } }).pglite;
+    const attempt = (bus: typeof lite, tx: unknown) => bus.record(tx, 'order.created', { orderNo: 'X', total: 1 }).then(() => null, (e: Error) => e);
+    try {
+      await client.query('BEGIN');
+      const onLite = [
+        ['a pg.Pool', await attempt(lite, pool)],
+        ['a pg client', await attempt(lite, client)],
+        ['a rea transaction of a PostgreSQL bus', await server.transaction((tx) => attempt(lite, tx))],
+      ] as const;
+      for (const [what, err] of onLite) {
+        expect(err).toBeInstanceOf(UnsupportedTransactionError);
+        expect(err!.message).toContain(`this bus stores its events in PGlite, and record() was given ${what}`);
+      }
+      const onServer = [
+        ['the PGlite database', await attempt(server, db)],
+        ['a PGlite transaction', await db.transaction((tx) => attempt(server, tx))],
+        ['a rea transaction of a PGlite bus', await lite.transaction((tx) => attempt(server, tx))],
+      ] as const;
+      for (const [what, err] of onServer) {
+        expect(err).toBeInstanceOf(UnsupportedTransactionError);
+        expect(err!.message).toContain(`this bus stores its events in PostgreSQL, and record() was given ${what}`);
+      }
+      await client.query('COMMIT');
+      expect(await eventCount(pgliteTarget, lite.schema)).toBe(0);
+      expect(await eventCount(postgresTarget, server.schema)).toBe(0);
+    } finally {
+      client.release();
+      await pool.end();
+    }
   });
 });
 

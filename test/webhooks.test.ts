@@ -182,6 +182,14 @@ describe.each(targets)('webhooks on $name', (target) => {
     const off = await bus.endpoints.disable(ep.id, { reason: 'maintenance window' });
     expect(off).toMatchObject({ state: 'disabled', disabledReason: 'maintenance window' });
     expect(off.disabledAt).toBeInstanceOf(Date);
+    // Disabling it again keeps the first time and reason, and is no state change.
+    const changes: unknown[] = [];
+    bus.lifecycle.on('endpoint:state', (e) => void changes.push(e));
+    const again = await bus.endpoints.disable(ep.id, { reason: 'second thoughts' });
+    expect(again).toMatchObject({ state: 'disabled', disabledReason: 'maintenance window', disabledAt: off.disabledAt, updatedAt: off.updatedAt });
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ disabledReason: 'maintenance window', disabledAt: off.disabledAt });
+    expect(changes).toEqual([]);
+    await expect(bus.endpoints.disable('00000000-0000-7000-8000-000000000000')).rejects.toBeInstanceOf(NotFoundError);
     const skipped = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'Q2' }));
     await bus.relayOnce();
     expect(await bus.jobs.forEvent(skipped)).toEqual([]);
@@ -251,6 +259,9 @@ describe.each(targets)('webhooks on $name', (target) => {
     const row = (await bus.endpoints.get(ep.id))!;
     expect(row).toMatchObject({ state: 'disabled', disabledReason: 'no successful delivery for 5 days; re-enable it once the receiver works' });
     expect(row.disabledAt!.getTime()).toBe(clock.now().getTime());
+    // A person disabling it afterwards does not hide why it stopped.
+    clock.advance(60_000);
+    expect(await bus.endpoints.disable(ep.id, { reason: 'turned off by hand' })).toMatchObject({ disabledReason: row.disabledReason, disabledAt: row.disabledAt });
   });
 
   test('an endpoint that hangs is cut at the timeout; its lease outlives the cut, so no rescue sends it twice', async () => {

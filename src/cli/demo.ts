@@ -248,13 +248,13 @@ export async function runDemo(options: {
       // The panel on loopback: with REA_ADMIN_TOKEN set it asks for it, otherwise it needs none.
       const token = process.env.REA_ADMIN_TOKEN;
       await release();
-      const panel = await servePanel(b as unknown as AdminBus, { port: panelPort, host: PANEL_HOST, auth: token ? { token } : 'none' })
+      const panel = await servePanel(b, { port: panelPort, host: PANEL_HOST, auth: token ? { token } : 'none' })
         .catch((err: unknown) => Promise.reject(panelListenError(err, panelPort)));
       try {
         out(`\nadmin panel: ${panel.url}${token ? ' (log in with REA_ADMIN_TOKEN)' : ''}\n`);
         out(`keeping the bus running (data in ${dir}${tempDir ? ', removed on exit' : ''}); Ctrl-C stops\n`);
         await (options.whileRunning
-          ? options.whileRunning(b as unknown as AdminBus, panel.url)
+          ? options.whileRunning(b, panel.url)
           : new Promise<void>((resolve) => {
             wakeUp = resolve;
             if (interrupted) resolve();

@@ -104,8 +104,9 @@ export class ModuleLoadError extends ReaError {
 }
 
 export class NotFoundError extends ReaError {
-  constructor(what: string) {
-    super('ERR_NOT_FOUND', `${what} not found`);
+  /** `detail` follows the message, e.g. what there is instead. */
+  constructor(what: string, detail?: string) {
+    super('ERR_NOT_FOUND', `${what} not found${detail ? `; ${detail}` : ''}`);
   }
 }
 

@@ -67,6 +67,9 @@ export interface OperationsExecutor {
   /** Handlers every bus has registered (from the handlers table), for the consume-record window. */
   handlerSchedules(): Promise<HandlerScheduleRow[]>;
 
+  /** Whether a bus registered the handler, or jobs of it are still stored (it was forgotten since). */
+  handlerKnown(params: { name: string }): Promise<boolean>;
+
   /** Reschedule final, unsuccessful jobs now with a fresh allowance of attempts; returns the ids changed. */
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]>;
   /** Cancel waiting jobs (available, retryable); returns the ids changed. */

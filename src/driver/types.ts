@@ -12,6 +12,12 @@ export interface Queryable {
 export interface TransactionOptions {
   /** Events to write just before COMMIT (with `deferredRecord`, in the same round trip). */
   pendingEvents?: () => EventInsert[];
+  /**
+   * True once fn was cut short by its job's abort (a transactional handler's timeout, a stop): its
+   * statement may still be running and the handler may still write through the raw handle, so
+   * the driver cancels the statement and drops the connection rather than queue a ROLLBACK behind it.
+   */
+  aborted?: () => boolean;
 }
 
 export interface DriverCapabilities {
@@ -229,6 +235,8 @@ export interface Driver {
   readonly operations: OperationsExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
   migrate(): Promise<{ applied: number[] }>;
+  /** Throw DatabaseError('not-migrated') unless every migration this driver ships is applied. */
+  checkMigrated(): Promise<void>;
   /** Run fn in a transaction on one of rea's own connections. */
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */

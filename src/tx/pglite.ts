@@ -2,9 +2,13 @@
 // since each of its queries commits on its own.
 import { UnsupportedTransactionError } from '../core/errors.js';
 import type { Queryable } from '../driver/types.js';
+import { refuseForeignHandle } from './handles.js';
 import { isReaTransaction, reaTransactionOpen } from './rea.js';
 
+const EXPECTED = 'a PGlite Transaction from db.transaction() on the database the bus uses, or the tx of this bus\'s bus.transaction()';
+
 export function unwrapPGliteTransaction(tx: unknown): Queryable {
+  refuseForeignHandle(tx, 'pglite', EXPECTED);
   if (isReaTransaction(tx)) {
     if (!reaTransactionOpen(tx)) throw new UnsupportedTransactionError('record() was given a rea transaction that has already ended');
     return tx;

@@ -2,6 +2,7 @@
 // A Pool is refused: each query could run on another connection and commit on its own.
 import { UnsupportedTransactionError } from '../core/errors.js';
 import type { Queryable } from '../driver/types.js';
+import { refuseForeignHandle } from './handles.js';
 import { isReaTransaction, reaTransactionOpen } from './rea.js';
 
 interface PgLike {
@@ -10,6 +11,7 @@ interface PgLike {
 }
 
 export function unwrapPostgresTransaction(tx: unknown): Queryable {
+  refuseForeignHandle(tx, 'postgres', "a pg Client or PoolClient after BEGIN, or the tx of this bus's bus.transaction()");
   if (isReaTransaction(tx)) {
     if (!reaTransactionOpen(tx)) throw new UnsupportedTransactionError('record() was given a rea transaction that has already ended');
     return tx;

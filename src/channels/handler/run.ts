@@ -68,5 +68,5 @@ export async function runHandler(
     }
     await driver.executor.jobCompleteMany(q, { jobs: [{ id: job.id, attempt: job.attempt }], now: clock.now() });
     return fresh ? 'committed' : 'already-consumed';
-  });
+  }, { aborted: () => abort.aborted });
 }

@@ -47,7 +47,7 @@ export interface EndpointsApi {
   update(id: string, changes: EndpointChanges): Promise<Endpoint>;
   /** The owner's act after fixing the receiver: state enabled, failing and disabled fields cleared. */
   enable(id: string): Promise<Endpoint>;
-  /** No new deliveries are enqueued; queued ones are discarded when they come up. */
+  /** No new deliveries are enqueued; queued ones are discarded when they come up. One already disabled keeps its first time and reason. */
   disable(id: string, options?: { reason?: string }): Promise<Endpoint>;
   /** A new secret signs from now on; the previous ones keep signing for `graceMs` (default webhooks.secretGraceMs). */
   rotateSecret(id: string, options?: { secret?: string; graceMs?: number }): Promise<EndpointWithSecret>;
@@ -186,7 +186,9 @@ export function createWebhookApi(
     async disable(id, options = {}) {
       checkId(id);
       const reason = options.reason === undefined ? 'disabled by its owner' : checkDescription('endpoints.disable.reason', options.reason);
-      const row = found(await w.endpointSetState({ id, state: 'disabled', reason, now: now() }), id);
+      const row = await w.endpointSetState({ id, state: 'disabled', reason, now: now() });
+      // Already disabled: it keeps the time and reason of the first disable.
+      if (!row) return found(await w.endpointGet({ id }), id);
       stateChanged(row, reason);
       return row;
     },

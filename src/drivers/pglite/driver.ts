@@ -3,7 +3,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
-import { explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
+import { checkMigrated, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
@@ -52,7 +52,14 @@ export class PGliteDriver implements Driver {
     return { applied };
   }
 
+  checkMigrated(): Promise<void> {
+    return checkMigrated(this.db as unknown as Queryable, this.schema, this.where);
+  }
+
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
+    // options.aborted needs nothing here: a statement runs on this thread, so none is still
+    // running when an abort is seen, and PGlite closes `tx` (a late write through it fails) as
+    // it rolls back. A slow statement holds the whole process, its timeout included, until it ends.
     return this.db.transaction(async (tx) => {
       const result = await fn(tx as unknown as Queryable, tx);
       // In-process, a round trip costs nothing: pending events (if any) are simply inserted.

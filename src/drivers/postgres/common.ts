@@ -40,6 +40,24 @@ export async function runMigrations(q: Queryable, exec: (sql: string) => Promise
   return applied;
 }
 
+/**
+ * Throw DatabaseError('not-migrated') unless every migration this rea ships is applied to the
+ * schema: started on a schema that is missing or behind, the relay and workers would only log
+ * "relation does not exist" on every poll. `where` describes the server without its password.
+ */
+export async function checkMigrated(q: Queryable, schema: string, where: string): Promise<void> {
+  let rows: { version: number }[];
+  try {
+    rows = (await q.query<{ version: number }>(m.applied(quoteSchema(schema)))).rows;
+  } catch (err) {
+    throw explainPostgresError(err, schema, where);
+  }
+  const done = new Set(rows.map((r) => r.version));
+  const missing = migrations.filter((mig) => !done.has(mig.version)).map((mig) => mig.version);
+  if (missing.length === 0) return;
+  throw new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks rea's migration${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: run the migrations first (rea migrate, or bus.migrate())`);
+}
+
 export function notifyChannel(schema: string): string {
   return `rea_${schema}`;
 }

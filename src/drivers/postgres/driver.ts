@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { checkConnectionString, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, checkMigrated, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
@@ -22,6 +22,9 @@ export interface PostgresDriverOptions {
 
 /** How long close() waits for connections still busy once rea's own work has stopped. */
 export const CLOSE_WAIT_MS = 2_000;
+
+/** How long an aborted transaction waits for its statement's cancel before dropping the connection anyway. */
+const CANCEL_WAIT_MS = 1_000;
 
 export class PostgresDriver implements Driver {
   readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, autovacuumDaemon: true, deferredRecord: true, dialect: 'postgres' };
@@ -79,6 +82,10 @@ export class PostgresDriver implements Driver {
     return { applied };
   }
 
+  checkMigrated(): Promise<void> {
+    return checkMigrated(this.pool as unknown as Queryable, this.schema, this.where);
+  }
+
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
@@ -98,6 +105,15 @@ export class PostgresDriver implements Driver {
       await client.query(pending.length ? `${this.eventInsertLiteral(pending)};\ncommit` : 'COMMIT');
       return result;
     } catch (err) {
+      if (options?.aborted?.()) {
+        // A ROLLBACK would wait behind the statement still running, and a write the handler
+        // makes later on the raw client would then run outside any transaction and commit. The
+        // server rolls the transaction back when the connection goes; cancelling the statement
+        // first makes that now, and frees its locks.
+        broken = err instanceof Error ? err : new Error('transaction aborted');
+        await this.cancelStatement(client);
+        throw err;
+      }
       try {
         await client.query('ROLLBACK');
       } catch (rollbackErr) {
@@ -108,6 +124,23 @@ export class PostgresDriver implements Driver {
       client.off('error', onError);
       client.release(broken);
     }
+  }
+
+  /** Cancel what `client` is running, from a connection of its own (the pool may be full); at most CANCEL_WAIT_MS. */
+  private async cancelStatement(client: pg.PoolClient): Promise<void> {
+    const pid = (client as unknown as { processID: number | null }).processID;
+    if (pid === null) return;
+    const c = this.ownClient('rea-cancel');
+    c.on('error', () => {}); // an error here is reported below, once
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<void>((r) => (timer = setTimeout(r, CANCEL_WAIT_MS)));
+    const cancelled = c.connect().then(() => c.query(this.sql.backendCancel, [pid])).then(
+      () => {},
+      (err: unknown) => this.options.onError(err as Error, 'cancel'),
+    );
+    await Promise.race([cancelled, gaveUp]);
+    clearTimeout(timer);
+    c.end().catch(() => {});
   }
 
   /** The events insert with its values as escaped literals, for the simple protocol (no parameters). */

@@ -121,6 +121,11 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     return rows.map((r) => r.id as string).sort(byNumber);
   }
 
+  async handlerKnown(p: { name: string }): Promise<boolean> {
+    const { rows } = await this.pool.query<Row>(this.sql.handlerKnown, [p.name]);
+    return rows[0]?.known === true;
+  }
+
   async jobCancel(p: { ids: string[]; now: Date | null }): Promise<string[]> {
     if (p.ids.length === 0) return [];
     const { rows } = await this.pool.query<Row>(this.sql.jobCancel, [p.ids, p.now]);

@@ -191,6 +191,11 @@ order by c.relname`,
 
     handlerSchedules: /* sql */ `select name, max_attempts, lease_ms from ${s}.handlers order by name`,
 
+    // A handler some bus registered, or one forgotten since whose jobs are still stored.
+    handlerKnown: /* sql */ `
+select exists (select 1 from ${s}.handlers where name = $1)
+    or exists (select 1 from ${s}.jobs where kind = 'handler' and target = $1) as known`,
+
     jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),
     jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or j.target = $3)`),
 

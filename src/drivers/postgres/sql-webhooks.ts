@@ -40,17 +40,16 @@ where id = $1::uuid
 returning ${ENDPOINT_COLUMNS}`,
 
     // Enabling is a fresh start: failing and disabled fields are cleared. Disabling an endpoint
-    // that is already disabled keeps its original time.
+    // that is already disabled changes nothing (no row comes back): the first time and reason,
+    // the health pass's or a person's, say why deliveries stopped.
     endpointSetState: /* sql */ `
 update ${s}.endpoints
 set state = $2::text,
     failing_since = case when $2::text = 'enabled' then null else failing_since end,
-    disabled_at = case when $2::text = 'enabled' then null
-                       when state = 'disabled' then disabled_at
-                       else coalesce($4::timestamptz, now()) end,
+    disabled_at = case when $2::text = 'enabled' then null else coalesce($4::timestamptz, now()) end,
     disabled_reason = case when $2::text = 'enabled' then null else $3::text end,
     updated_at = coalesce($4::timestamptz, now())
-where id = $1::uuid
+where id = $1::uuid and not ($2::text = 'disabled' and state = 'disabled')
 returning ${ENDPOINT_COLUMNS}`,
 
     // The new secret goes first; secrets still active stay valid until now + grace at the latest;
