@@ -12,6 +12,7 @@ import { reaLatencyBus } from './rea.js';
 export interface ThroughputResult {
   jobsPerSec: number;
   elapsedMs: number;
+  /** Megabytes of 10^6 bytes, the unit of the issue's target. */
   peakRssMB: number;
   /** Peak minus the RSS once every module was loaded, just before the worker started. */
   rssGrowthMB: number;
@@ -51,7 +52,7 @@ export async function throughput(system: System, schema: string, n: number, conc
   if (msg.completedInDb !== null && msg.completedInDb !== n) problems.push(`database shows ${msg.completedInDb} completed, expected ${n}`);
   if (problems.length) throw new Error(`${system.name} throughput run is wrong: ${problems.join('; ')}`);
   const peak = Math.max(msg.rssPeakBytes, msg.vmHwmBytes ?? 0);
-  return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 2 ** 20, rssGrowthMB: (peak - msg.rssAtStartBytes) / 2 ** 20,
+  return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 1e6, rssGrowthMB: (peak - msg.rssAtStartBytes) / 1e6,
     serverCpuUsPerJob: cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) * 1e6) / n : null,
     workerCpuUsPerJob: msg.workerCpuUs / n };
 }
