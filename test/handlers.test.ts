@@ -97,6 +97,14 @@ describe.each(targets)('stored handlers on $name', (target) => {
     expect(await admin.handlers.forget('sms', { force: true })).toEqual({ cancelled: 1 });
     const [smsJob] = (await admin.jobs.forEvent(eventId!)).filter((j) => j.target === 'sms');
     expect(await admin.jobs.retry({ state: 'cancelled', handler: 'sms' })).toEqual([smsJob!.id]);
+
+    // By handler means handler jobs: a cancelled webhook job whose target happens to read 'mailer' stays.
+    await target.query(`insert into "${admin.schema}".jobs (event_id, kind, target, state, max_attempts, lease_ms, finalized_at)
+      values ($1, 'webhook', 'mailer', 'cancelled', 18, 20000, now())`, [eventId]);
+    const [mailerJob] = (await admin.jobs.forEvent(eventId!)).filter((j) => j.target === 'mailer' && j.kind === 'handler');
+    await admin.jobs.cancel([mailerJob!.id]);
+    expect(await admin.jobs.retry({ state: 'cancelled', handler: 'mailer' })).toEqual([mailerJob!.id]);
+    expect((await admin.jobs.forEvent(eventId!)).find((j) => j.kind === 'webhook')!.state).toBe('cancelled');
   });
 });
 

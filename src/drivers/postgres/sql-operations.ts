@@ -197,7 +197,7 @@ select exists (select 1 from ${s}.handlers where name = $1)
     or exists (select 1 from ${s}.jobs where kind = 'handler' and target = $1) as known`,
 
     jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),
-    jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or j.target = $3)`),
+    jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or (j.kind = 'handler' and j.target = $3))`),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it
     // cancelled would be a lie. The claim locks the row first, so the two never both win.
