@@ -365,7 +365,7 @@ describe.each(targets)('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', `/api/endpoints/00000000-0000-7000-8000-000000000000/enable`, { headers: bearer() })).status).toBe(404);
 
     const del = await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() });
-    expect(del).toMatchObject({ status: 200, json: { deleted: id } });
+    expect(del).toMatchObject({ status: 200, json: { deleted: id, cancelled: 0 } });
     expect((await call(s.url, 'GET', `/api/endpoints/${id}`, { headers: bearer() })).status).toBe(404);
     expect(await target.query(`select id from "${bus.schema}".endpoints`)).toEqual([]);
     expect((await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() })).status).toBe(404);

@@ -113,7 +113,7 @@ describe.skipIf(!browserAvailable)('admin panel in Chromium', () => {
       const spare = await bus.endpoints.create({ url: `${receiver.url}/spare`, eventTypes: ['order.*'] });
       await page.goto(`${app.url}/endpoints/${spare.id}`);
       await Promise.all([page.waitForURL(/\/endpoints\?notice=Deleted/), page.locator('button:text("Delete")').click()]);
-      expect(dialogs.at(-1)).toContain(`Delete ${receiver.url}/spare and its secrets? There is no undo`);
+      expect(dialogs.at(-1)).toContain(`Delete ${receiver.url}/spare, its secrets and its waiting deliveries? There is no undo`);
       expect(await page.locator('tr', { hasText: `${receiver.url}/spare` }).count()).toBe(0);
       expect(await page.locator('tr', { hasText: `${receiver.url}/hook` }).count()).toBe(1);
       expect(await target.query(`select id from "${s}".endpoints where id = $1`, [spare.id])).toEqual([]);

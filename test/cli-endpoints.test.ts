@@ -109,7 +109,7 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(unconfirmed).toMatchObject({ code: 2, err: expect.stringContaining('cannot be undone: add --yes') });
     expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out)).toHaveLength(1);
 
-    expect(await rea('endpoints', 'delete', id, '--yes', ...db)).toMatchObject({ code: 0, out: `deleted endpoint ${id}` });
+    expect(await rea('endpoints', 'delete', id, '--yes', ...db)).toMatchObject({ code: 0, out: `deleted endpoint ${id}; cancelled 0 waiting deliveries` });
     expect((await rea('endpoints', 'list', ...db)).out).toBe('no endpoints');
     const again = await rea('endpoints', 'delete', id, '--yes', ...db);
     expect(again).toMatchObject({ code: 2, err: `rea: endpoint ${id} not found` });

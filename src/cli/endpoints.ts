@@ -145,14 +145,15 @@ export function endpointsCommand(): Command {
   );
 
   root.addCommand(
-    command('delete', 'delete an endpoint and its secrets; its queued deliveries are discarded when they come up')
+    command('delete', 'delete an endpoint and its secrets, and cancel its waiting deliveries')
       .argument('<id>', 'the endpoint id', endpointId('delete'))
       .option('--yes', 'really delete (there is no undo; `disable` keeps the endpoint)')
       .action(async (id: string, flags: Flags & { yes?: boolean }) => {
         if (!flags.yes) throw new OptionsError('endpoints delete', `deleting ${id} cannot be undone: add --yes (or use rea endpoints disable, which keeps it)`);
         const deleted = await withEndpointsBus(flags, (bus) => bus.endpoints.delete(id));
         if (!deleted) throw new NotFoundError(`endpoint ${id}`);
-        console.log(flags.json ? JSON.stringify({ id, deleted: true }) : `deleted endpoint ${id}`);
+        const waiting = deleted.cancelled === 1 ? '1 waiting delivery' : `${deleted.cancelled} waiting deliveries`;
+        console.log(flags.json ? JSON.stringify({ id, deleted: true, cancelled: deleted.cancelled }) : `deleted endpoint ${id}; cancelled ${waiting}`);
       }),
   );
 

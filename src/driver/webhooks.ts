@@ -79,7 +79,8 @@ export interface WebhookExecutor {
   endpointSetState(p: { id: string; state: 'enabled' | 'disabled'; reason: string | null; now: Date | null }): Promise<EndpointRow | null>;
   /** Add `secret` as the newest; older active secrets expire `graceMs` from now; expired ones are dropped. */
   endpointRotateSecret(p: { id: string; secret: string; secretHint: string; graceMs: number; now: Date | null }): Promise<EndpointRow | null>;
-  endpointDelete(p: { id: string }): Promise<boolean>;
+  /** Delete an endpoint and cancel its waiting deliveries; null when there is no such endpoint. */
+  endpointDelete(p: { id: string; now: Date | null }): Promise<{ cancelled: number } | null>;
   endpointGetForDelivery(p: { id: string; now: Date | null }): Promise<EndpointForDelivery | null>;
   /** Disable endpoints failing since before now − failingForMs; returns their ids. */
   endpointDisableFailing(p: { failingForMs: number; reason: string; limit: number; now: Date | null }): Promise<string[]>;

@@ -1,5 +1,5 @@
 // POST /api/endpoints/:id/delete: remove an endpoint and its secrets (no undo; disable keeps it).
-// Deliveries already queued for it are discarded when they come up.
+// Its waiting deliveries are cancelled.
 import { notFound } from '../http.js';
 import { defineRoute } from '../route.js';
 import { uuidParam } from '../schemas.js';
@@ -8,7 +8,8 @@ export default defineRoute({
   method: 'POST', path: '/api/endpoints/:id/delete', access: 'user', kind: 'api',
   async handle({ bus, params }) {
     const id = uuidParam(params.id);
-    if (!(await bus.endpoints.delete(id))) throw notFound(`endpoint ${id}`);
-    return { json: { deleted: id }, notice: `Deleted endpoint ${id}` };
+    const deleted = await bus.endpoints.delete(id);
+    if (!deleted) throw notFound(`endpoint ${id}`);
+    return { json: { deleted: id, cancelled: deleted.cancelled }, notice: `Deleted endpoint ${id}; cancelled ${deleted.cancelled} waiting ${deleted.cancelled === 1 ? 'delivery' : 'deliveries'}` };
   },
 });

@@ -51,7 +51,8 @@ export interface EndpointsApi {
   disable(id: string, options?: { reason?: string }): Promise<Endpoint>;
   /** A new secret signs from now on; the previous ones keep signing for `graceMs` (default webhooks.secretGraceMs). */
   rotateSecret(id: string, options?: { secret?: string; graceMs?: number }): Promise<EndpointWithSecret>;
-  delete(id: string): Promise<boolean>;
+  /** Delete it with its secrets and cancel its waiting deliveries (how many: `cancelled`); null when there is no such endpoint. */
+  delete(id: string): Promise<{ cancelled: number } | null>;
   /** The endpoint's attempt log, newest first. */
   attempts(id: string, options?: { limit?: number; before?: string }): Promise<WebhookAttempt[]>;
   /** One signed test delivery now, outside the queue; logged as an attempt, never changes the endpoint's state. */
@@ -203,8 +204,8 @@ export function createWebhookApi(
     },
 
     async delete(id) {
-      if (typeof id !== 'string' || !UUID.test(id)) return false;
-      return w.endpointDelete({ id });
+      if (typeof id !== 'string' || !UUID.test(id)) return null;
+      return w.endpointDelete({ id, now: now() });
     },
 
     async attempts(id, options = {}) {

@@ -52,9 +52,9 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
     return rows[0] ? mapEndpoint(rows[0]) : null;
   }
 
-  async endpointDelete(p: { id: string }): Promise<boolean> {
-    const { rows } = await this.pool.query(this.sql.endpointDelete, [p.id]);
-    return rows.length === 1;
+  async endpointDelete(p: { id: string; now: Date | null }): Promise<{ cancelled: number } | null> {
+    const { rows } = await this.pool.query<Row>(this.sql.endpointDelete, [p.id, p.now]);
+    return rows[0]!.deleted === 1 ? { cancelled: rows[0]!.cancelled as number } : null;
   }
 
   async endpointGetForDelivery(p: { id: string; now: Date | null }): Promise<EndpointForDelivery | null> {

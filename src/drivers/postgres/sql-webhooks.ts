@@ -72,8 +72,22 @@ set secrets = jsonb_build_array(jsonb_build_object('secret', $2::text, 'created_
 where id = $1::uuid
 returning ${ENDPOINT_COLUMNS}`,
 
+    // Its waiting deliveries are cancelled with it (they could only be discarded when they came up,
+    // raising jobs_discarded for a deliberate act); a delivery running now finds no endpoint and fails.
     endpointDelete: /* sql */ `
-delete from ${s}.endpoints where id = $1::uuid returning 1`,
+with gone as (
+  delete from ${s}.endpoints where id = $1::uuid returning id
+), cancelled as (
+  update ${s}.jobs
+  set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_expires_at = null,
+      errors = errors || jsonb_build_array(jsonb_build_object(
+        'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'EndpointDeleted',
+        'message', 'cancelled: its endpoint was deleted'))
+  where kind = 'webhook' and target = $1::uuid::text and state in ('available', 'retryable')
+    and exists (select 1 from gone)
+  returning 1
+)
+select (select count(*) from gone)::int as deleted, (select count(*) from cancelled)::int as cancelled`,
 
     endpointGetForDelivery: /* sql */ `
 select id::text as id, url, state,
