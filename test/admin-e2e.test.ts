@@ -109,9 +109,16 @@ describe.skipIf(!browserAvailable)('admin panel in Chromium', () => {
       expect((await target.query(`select state from "${s}".endpoints where id = $1`, [endpoint.id]))[0].state).toBe('enabled');
       expect(await page.content()).not.toContain('whsec_');
 
-      // Delete a second endpoint from its own page: confirmed, then back on the list without it.
+      // Edit a second endpoint on its own page, then delete it there: confirmed, then back on the list without it.
       const spare = await bus.endpoints.create({ url: `${receiver.url}/spare`, eventTypes: ['order.*'] });
       await page.goto(`${app.url}/endpoints/${spare.id}`);
+      expect(await page.inputValue('input[name="eventTypes"]')).toBe('order.*');
+      await page.fill('input[name="eventTypes"]', 'order.created, order.*');
+      await page.fill('input[name="description"]', 'spare <b>receiver</b>');
+      await Promise.all([page.waitForURL(/notice=Updated/), page.click('button:text("Save")')]);
+      expect(await bus.endpoints.get(spare.id)).toMatchObject({ url: `${receiver.url}/spare`, eventTypes: ['order.created', 'order.*'], description: 'spare <b>receiver</b>' });
+      expect(await page.inputValue('input[name="description"]')).toBe('spare <b>receiver</b>');
+      expect(await page.locator('b', { hasText: 'receiver' }).count()).toBe(0);
       await Promise.all([page.waitForURL(/\/endpoints\?notice=Deleted/), page.locator('button:text("Delete")').click()]);
       expect(dialogs.at(-1)).toContain(`Delete ${receiver.url}/spare, its secrets and its waiting deliveries? There is no undo`);
       expect(await page.locator('tr', { hasText: `${receiver.url}/spare` }).count()).toBe(0);

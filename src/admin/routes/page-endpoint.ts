@@ -1,4 +1,5 @@
-// GET /endpoints/:id: one endpoint, its actions and its attempt log (status, duration, excerpt).
+// GET /endpoints/:id: one endpoint, its actions, a form to edit it and its attempt log (status,
+// duration, excerpt).
 import { endpointView } from '../data.js';
 import { actionButton, badge, duration, html, layout, table, time } from '../html.js';
 import { notFound } from '../http.js';
@@ -33,6 +34,14 @@ export default defineRoute({
 <dt>Created</dt><dd>${time(e.createdAt)}</dd>
 </dl>
 <div class="actions">${endpointActions(p, e, here)}</div>
+<h2>Edit</h2>
+<form class="stack" method="post" action="${p.base}/api/endpoints/${e.id}/update">
+<input type="hidden" name="_csrf" value="${p.csrf ?? ''}"><input type="hidden" name="_return" value="${here}">
+<label>URL <input type="url" name="url" required value="${e.url}"></label>
+<label>Event types (comma-separated; order.* patterns) <input name="eventTypes" required value="${e.eventTypes.join(', ')}"></label>
+<label>Description <input name="description" value="${e.description ?? ''}"></label>
+<div><button type="submit">Save</button> <span class="muted">State, secret and attempt log stay.</span></div>
+</form>
 <h2>Attempt log</h2>
 ${table(['When', 'Event', 'Attempt', 'Outcome', 'HTTP', 'Took', 'Response / error', ''], rows, 'No attempts yet.')}`;
     return { html: layout(p, 'Endpoint', body) };
