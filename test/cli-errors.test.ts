@@ -171,11 +171,22 @@ describe('an error no mapping foresaw', () => {
     const bug = new TypeError("Cannot read properties of undefined (reading 'rows')");
     // Stand-in for a bug in a command; rea() restores every mock when it returns.
     vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
-    expect(await rea('handlers', 'list', '--database-url', PG_URL)).toEqual({ code: 1, text: `rea: TypeError: ${bug.message}` });
+    expect(await rea('handlers', 'list', '--database-url', PG_URL)).toEqual({ code: 1, text: `rea: TypeError: ${bug.message} (REA_DEBUG=1 prints the stack)` });
     vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
     const j = await rea('handlers', 'list', '--json', '--database-url', PG_URL);
     expect(j.code).toBe(1);
     expect(JSON.parse(j.text)).toEqual({ error: { code: 'ERR_UNEXPECTED', message: `TypeError: ${bug.message}` } });
+
+    // For a bug report, REA_DEBUG=1 adds the stack.
+    vi.stubEnv('REA_DEBUG', '1');
+    try {
+      vi.spyOn(adminBus, 'withAdminBus').mockRejectedValue(bug);
+      const d = await rea('handlers', 'list', '--database-url', PG_URL);
+      expect(d.code).toBe(1);
+      expect(d.text).toBe(`rea: TypeError: ${bug.message}\n${bug.stack}`);
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 });
 

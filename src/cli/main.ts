@@ -68,9 +68,13 @@ export async function main(argv: string[]): Promise<void> {
       return;
     }
     // Not one of rea's errors (a bug, or something no mapping foresaw): one line, its name and
-    // message, in the form asked for; the stack stays out of an operator's terminal.
+    // message, in the form asked for; the stack only when asked for (REA_DEBUG=1), for a bug report.
     const message = namedMessage(err);
-    console.error(json ? JSON.stringify({ error: { code: 'ERR_UNEXPECTED', message } }) : `rea: ${message}`);
+    const debug = process.env.REA_DEBUG === '1';
+    const stack = debug && err instanceof Error && err.stack ? err.stack : undefined;
+    console.error(json
+      ? JSON.stringify({ error: { code: 'ERR_UNEXPECTED', message, ...(stack ? { stack } : {}) } })
+      : stack ? `rea: ${message}\n${stack}` : `rea: ${message} (REA_DEBUG=1 prints the stack)`);
     process.exitCode = EXIT_FAILED;
   }
 }
