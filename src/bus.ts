@@ -59,7 +59,7 @@ export interface BusOptions<S extends EventSchemas> {
   poolSize?: number;
   /** Names this process in leases and job rows (default host:pid:random). */
   instanceId?: string;
-  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number; concurrency?: number; handOff?: boolean };
+  relay?: { enabled?: boolean; batchSize?: number; minPollMs?: number; maxPollMs?: number; maxFanAttempts?: number; concurrency?: number; handOff?: boolean; inlineMs?: number };
   worker?: {
     enabled?: boolean; concurrency?: number; minPollMs?: number; maxPollMs?: number;
     completionFlushMs?: number; completionBatchSize?: number; leaseMarginMs?: number; prefetch?: number;
@@ -436,8 +436,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           if (payload !== 'e' && workerOptions.enabled !== false) worker.wake();
         });
       }
-      if (relayOptions.enabled !== false) relay.start();
+      // The worker first: the relay's first round offers it its jobs (hand-off, inline) only if
+      // it already takes them.
       if (workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun)) worker.start();
+      if (relayOptions.enabled !== false) relay.start();
       if (workerOptions.enabled !== false && handlers.size > 0) {
         await beat();
         heartbeat = setInterval(() => void beat(), workerOptions.heartbeatMs);

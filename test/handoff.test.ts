@@ -116,7 +116,7 @@ describe.each(targets)('hand-off on $name', (target) => {
       acceptHandOff: (_r: FanOutHandOff, jobs: ClaimedJob[]) => void handed.push(jobs),
     };
     const silent = { debug() {}, info() {}, warn() {}, error() {}, child: () => silent };
-    const relay = new Relay(s.driver, { batchSize: 10, minPollMs: 1, maxPollMs: 10, maxFanAttempts: 5, concurrency: 1 }, {
+    const relay = new Relay(s.driver, { batchSize: 10, minPollMs: 1, maxPollMs: 10, maxFanAttempts: 5, concurrency: 1, inlineMs: 0 }, {
       lifecycle: new Lifecycle(), log: silent, clock: databaseClock, onFanned: () => {}, handOff: worker,
     });
     expect(await relay.round()).toBe('full'); // offered room: 2 handed off, 8 queued

@@ -27,6 +27,15 @@ export const DEFAULTS = {
      * Never while an older job of that handler waits due in the queue.
      */
     handOff: true,
+    /**
+     * Inline delivery (PostgreSQL; needs handOff), off by default: a round runs this process's
+     * plain (non-transactional) handlers itself and waits for them up to this long with its
+     * transaction open. A delivery that succeeds in that time gets no job row (so no completed job
+     * to list); its handler's name is kept on the event (delivered_inline). The rest get rows when
+     * the round ends. While a round waits, the webhook and other jobs it made are not yet visible
+     * to other workers. 50 suits fast handlers; 0 turns it off.
+     */
+    inlineMs: 0,
   },
   worker: {
     /** Handlers running at once in this process. */
@@ -164,6 +173,7 @@ export const busOptionsSchema = z.object({
     maxFanAttempts: positiveInt.optional(),
     concurrency: positiveInt.max(16).optional(),
     handOff: z.boolean().optional(),
+    inlineMs: nonNegInt.max(10_000).optional(),
   }).strict().optional(),
   worker: z.object({
     enabled: z.boolean().optional(),

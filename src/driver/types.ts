@@ -31,6 +31,12 @@ export interface DriverCapabilities {
   readonly skipLocked: boolean;
   /** Several connections at once (PGlite is one connection, so one transaction at a time). */
   readonly concurrentTransactions: boolean;
+  /**
+   * A relay round may hold its transaction open while this process's handlers run its jobs
+   * (inline delivery; eventFanOut with inline targets, then eventInlineFinish). Needs
+   * concurrentTransactions: the handlers use other connections meanwhile.
+   */
+  readonly inlineDelivery: boolean;
   /** A short name for logs and errors: 'postgres', 'pglite', 'mysql'. */
   readonly dialect: string;
 }
@@ -84,9 +90,31 @@ export interface WebhookFanOut {
  */
 export interface FanOutHandOff {
   workerId: string;
-  /** leaseMs as in ClaimTarget: the worker's own lease for a job of that handler. */
-  targets: { target: string; limit: number; leaseMs: number }[];
+  /**
+   * leaseMs as in ClaimTarget: the worker's own lease for a job of that handler. inline: that
+   * handler's jobs are not inserted but come back as FanOutResult.inline (drivers with
+   * capabilities.inlineDelivery, in a transaction the caller ends with eventInlineFinish).
+   */
+  targets: { target: string; limit: number; leaseMs: number; inline?: boolean }[];
   limit: number;
+}
+
+/** A job of an inline round: it has an id but no row until eventInlineFinish gives it one. */
+export interface InlineJob extends ClaimedJob {
+  leaseMs: number;
+  priority: number;
+}
+
+/** How an inline job ends its round: its row, when it needs one (a delivery that succeeded has none). */
+export interface InlineJobRow {
+  job: InlineJob;
+  /** running: not finished when the round ended (this worker still has it); available: never started. */
+  state: 'running' | 'available' | 'retryable' | 'discarded';
+  /** 1 once it ran (running, or a failure counted), 0 when never started or the attempt was refunded. */
+  attempt: number;
+  /** When a retryable job is due; null: now. */
+  scheduledAt: Date | null;
+  error: JobErrorEntry | null;
 }
 
 export interface FanOutResult {
@@ -96,6 +124,13 @@ export interface FanOutResult {
   jobs: number;
   /** The jobs inserted already claimed for the hand-off's worker, by id; a driver may hand off none. */
   handedOff: ClaimedJob[];
+  /** Inline jobs (targets with inline), not yet in the jobs table; empty unless asked for. */
+  inline: InlineJob[];
+  /**
+   * Present when the round was inline: its events are claimed (locked) but not yet marked fanned,
+   * and the transaction must end with eventInlineFinish given these keys (the driver's own, e.g. ctids).
+   */
+  inlineKeys?: string[];
 }
 
 export interface StoredEvent {
@@ -164,6 +199,8 @@ export interface EventRow extends StoredEvent {
   fanAttempts: number;
   poisonedAt: Date | null;
   lastError: string | null;
+  /** Handlers that received this event inline, in the relay's round (no job row; see relay.inlineMs). */
+  deliveredInline: string[];
 }
 
 export interface JobRow {
@@ -192,7 +229,18 @@ export interface JobRow {
 export interface Executor {
   eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void>;
   /** Claim ≤ limit unfanned events (skip locked, oldest first), insert their jobs, mark them fanned. */
-  eventFanOut(q: Queryable, params: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff }): Promise<FanOutResult>;
+  eventFanOut(q: Queryable, params: {
+    limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff;
+    /** Inline rounds: the server ends the transaction after it sat idle this long (a frozen process). */
+    inlineIdleLimitMs?: number;
+  }): Promise<FanOutResult>;
+  /**
+   * End an inline round, in the transaction of its eventFanOut: mark its events fanned, each with
+   * the handlers whose inline delivery succeeded, and insert the rows of the inline jobs given.
+   */
+  eventInlineFinish(q: Queryable, params: {
+    keys: string[]; eventIds: string[]; delivered: ReadonlyMap<string, string[]>; jobs: InlineJobRow[]; workerId: string; now: Date | null;
+  }): Promise<{ fanned: number; converted: number }>;
   /** Oldest unfanned, unpoisoned event ids, for the row-by-row retry of a failed round. */
   eventListUnfanned(params: { limit: number }): Promise<string[]>;
   /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */

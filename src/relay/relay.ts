@@ -2,10 +2,17 @@
 // them fanned, in one statement. Handler jobs this process's worker has room for are inserted
 // already claimed by it and handed over in memory (no claim statement). A failing round is
 // retried row by row so one bad row is poisoned instead of blocking everything behind it.
+//
+// Inline delivery (inlineMs > 0, on drivers that can): a round hands this process's plain
+// handlers their jobs without inserting them, and keeps its transaction open while the worker runs
+// them, for at most inlineMs. Then, in the same transaction, its events are marked fanned with the
+// handlers that succeeded, and only the jobs that did not (failed, still running, not started)
+// get rows. A crash before COMMIT stores nothing of the round, so its events are delivered again.
 import type { Clock } from '../core/clock.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { PollLoop } from '../core/poll.js';
-import type { ClaimedJob, Driver, FanOutHandOff, FanOutResult, WebhookFanOut } from '../driver/types.js';
+import type { ClaimedJob, Driver, FanOutHandOff, FanOutResult, InlineJob, InlineJobRow, WebhookFanOut } from '../driver/types.js';
+import type { InlineRound } from '../worker/inline.js';
 import type { Logger } from '../core/logger.js';
 import { errorMessage } from '../core/errors-format.js';
 
@@ -18,13 +25,27 @@ export interface RelayOptions {
   concurrency: number;
   /** How webhook jobs are made; the executor's defaults when absent. */
   webhook?: WebhookFanOut;
+  /** Longest a round waits for its inline deliveries; 0: no inline delivery. */
+  inlineMs: number;
 }
 
 /** This process's worker, when it runs: a round's handler jobs go to it without a claim. */
 export interface HandOffTarget {
-  reserveHandOff(): FanOutHandOff | null;
+  reserveHandOff(inline?: { limit: number }): FanOutHandOff | null;
   acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void;
 }
+
+/** The worker's side of an inline round (see Worker.startInline). */
+export interface InlineTarget extends HandOffTarget {
+  readonly workerId: string;
+  handOver(jobs: ClaimedJob[]): void;
+  startInline(jobs: InlineJob[]): InlineRound;
+  closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> };
+  endInline(round: InlineRound, committed: boolean): void;
+}
+
+/** How long the server lets an inline round's transaction sit idle before it ends it (a frozen process). */
+const inlineIdleLimitMs = (inlineMs: number) => Math.max(10_000, inlineMs * 10);
 
 export class Relay {
   private readonly loop: PollLoop;
@@ -40,7 +61,7 @@ export class Relay {
       lifecycle: Lifecycle; log: Logger; clock: Clock;
       /** Jobs were inserted that no worker holds yet (`queued` of them). */
       onFanned: (queued: number) => void;
-      handOff?: HandOffTarget;
+      handOff?: HandOffTarget | InlineTarget;
     },
   ) {
     this.loop = new PollLoop({
@@ -92,7 +113,9 @@ export class Relay {
 
   /** One round; exposed for tests and the CLI. */
   async round(): Promise<'full' | 'some' | 'none'> {
-    const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff() ?? undefined;
+    const inline = this.options.inlineMs > 0 && this.driver.capabilities.inlineDelivery && this.deps.handOff !== undefined && 'startInline' in this.deps.handOff;
+    const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined;
+    if (reservation?.targets.some((t) => t.inline)) return this.inlineRound(reservation);
     let result: FanOutResult;
     try {
       result = await this.driver.executor.eventFanOut(this.driver, {
@@ -114,6 +137,50 @@ export class Relay {
     // later job may overtake them, so offering room would only withhold it from the worker's own
     // claims. Offer again once rounds stop coming back full.
     this.backlogged = outcome === 'full' && result.jobs > result.handedOff.length;
+    return outcome;
+  }
+
+  private async inlineRound(reservation: FanOutHandOff): Promise<'full' | 'some' | 'none'> {
+    const handOff = this.deps.handOff as InlineTarget;
+    let round: InlineRound | undefined;
+    let reserved = true;
+    let converted: InlineJobRow[] = [];
+    let result: FanOutResult;
+    try {
+      result = await this.driver.transaction(async (q) => {
+        const r = await this.driver.executor.eventFanOut(q, {
+          limit: this.options.batchSize, now: this.deps.clock.now(), webhook: this.options.webhook, handOff: reservation,
+          inlineIdleLimitMs: inlineIdleLimitMs(this.options.inlineMs),
+        });
+        // Jobs handed off the usual way (transactional handlers) are rows of this transaction: the
+        // worker gets them once it committed, or they would be completed before they exist.
+        handOff.acceptHandOff(reservation, []);
+        reserved = false;
+        round = handOff.startInline(r.inline);
+        await round.wait(this.options.inlineMs);
+        const { rows, delivered } = handOff.closeInline(round);
+        converted = rows;
+        await this.driver.executor.eventInlineFinish(q, {
+          keys: r.inlineKeys ?? [], eventIds: r.eventIds, delivered, jobs: rows, workerId: handOff.workerId, now: this.deps.clock.now(),
+        });
+        return r;
+      });
+    } catch (err) {
+      if (reserved) handOff.acceptHandOff(reservation, []);
+      if (round) handOff.endInline(round, false);
+      if (this.driver.isTransientError(err)) throw err;
+      this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
+      return this.outcome(await this.rowByRow());
+    }
+    handOff.endInline(round!, true);
+    handOff.handOver(result.handedOff);
+    // Running rows stay this worker's, discarded ones are done: neither waits in the queue.
+    const held = converted.filter((r) => r.state === 'running' || r.state === 'discarded').length;
+    this.report(result.eventIds, result.jobs + converted.length, result.handedOff.length + held);
+    const outcome = this.outcome(result.eventIds.length);
+    // As for a hand-off round: inline jobs that went to the queue mean the worker cannot keep up,
+    // so offer nothing until rounds stop coming back full.
+    this.backlogged = outcome === 'full' && converted.some((r) => r.state === 'available');
     return outcome;
   }
 

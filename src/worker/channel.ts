@@ -20,6 +20,11 @@ export interface JobChannel {
    * for all of them. Target '*' claims any target.
    */
   claimTargets(free: number, running: (target?: string) => number): ClaimTarget[];
+  /**
+   * Targets whose jobs a relay round may give this worker inline (see InlineRound), `limit` each;
+   * a channel without the method has none.
+   */
+  inlineTargets?(limit: number): ClaimTarget[];
   /** Whether one more job like this may start now, given this channel's running jobs. */
   canStart(job: ClaimedJob, running: (target?: string) => number): boolean;
   /** The worker aborts the run after this long. */

@@ -11,9 +11,10 @@ import type { Lifecycle } from '../core/lifecycle.js';
 import { LazyLogger, type Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
 import { newTraceId, runInTrace } from '../core/trace.js';
-import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, JobFailure, JobKind } from '../driver/types.js';
+import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind } from '../driver/types.js';
 import { JobAbort } from './abort.js';
 import type { JobChannel } from './channel.js';
+import { InlineRound, type InlineOutcome } from './inline.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -74,6 +75,8 @@ export class Worker {
   private readonly reserved = new Map<string, number>();
   private reservedTotal = 0;
   private accepting = false;
+  /** Jobs of inline rounds, until they settle (see InlineRound). */
+  private readonly inlineOf = new Map<string, InlineRound>();
 
   constructor(
     private readonly driver: Driver,
@@ -118,11 +121,7 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() });
-        for (const { failure, job, discarded } of items) {
-          const e = { jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message, kind: job.kind };
-          if (discarded) deps.lifecycle.emit('job:discarded', e);
-          else deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
-        }
+        for (const item of items) this.emitFailed(item.job, item.failure, item.discarded);
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job failures failed; will retry'),
       // Error entries are made storable (errors-format), so a refusal here is unexpected; rather
@@ -150,6 +149,10 @@ export class Worker {
     this.loop.wake();
   }
 
+  get workerId(): string {
+    return this.deps.workerId;
+  }
+
   get runningCount(): number {
     return this.active.size;
   }
@@ -164,7 +167,7 @@ export class Worker {
     // Jobs claimed ahead but never started go straight back to the queue for another process.
     for (const { job } of this.buffer.splice(0)) {
       this.count(this.bufferedCount, job, -1);
-      this.releases.push(job);
+      this.settle(job, { kind: 'released' });
     }
     const all = () => Promise.all([...this.active.values()].map((a) => a.settled));
     let timer: NodeJS.Timeout | undefined;
@@ -214,24 +217,46 @@ export class Worker {
    * inserted already claimed by this worker and handed over by acceptHandOff, with no claim
    * statement. The room stays reserved until then. Null when the worker takes nothing now.
    */
-  reserveHandOff(): FanOutHandOff | null {
+  reserveHandOff(inline?: { limit: number }): FanOutHandOff | null {
     if (!this.accepting) return null;
-    const { room, targets } = this.offer(['handler']);
-    if (room <= 0 || targets.length === 0) return null;
-    const limit = Math.min(room, targets.reduce((n, t) => n + t.limit, 0));
+    // Inline targets are offered a whole round whatever the room: what the worker does not finish
+    // within the round's wait goes to the queue when the round ends, so nothing is held longer.
+    const inlineTargets = inline ? this.channels.get('handler')?.inlineTargets?.(inline.limit) ?? [] : [];
+    const inlined = new Set(inlineTargets.map((t) => t.target));
+    const { room, targets: offered } = this.offer(['handler']);
+    const targets = room > 0 ? offered.filter((t) => !inlined.has(t.target)) : [];
+    if (targets.length === 0 && inlineTargets.length === 0) return null;
+    const limit = Math.min(Math.max(room, 0), targets.reduce((n, t) => n + t.limit, 0));
     for (const t of targets) this.reserved.set(t.target, (this.reserved.get(t.target) ?? 0) + t.limit);
     this.reservedTotal += limit;
-    return { workerId: this.deps.workerId, targets: targets.map((t) => ({ target: t.target, limit: t.limit, leaseMs: t.leaseMs })), limit };
+    return {
+      workerId: this.deps.workerId,
+      targets: [
+        ...targets.map((t) => ({ target: t.target, limit: t.limit, leaseMs: t.leaseMs })),
+        ...inlineTargets.map((t) => ({ target: t.target, limit: t.limit, leaseMs: t.leaseMs, inline: true })),
+      ],
+      limit: limit + inlineTargets.reduce((n, t) => n + t.limit, 0),
+    };
   }
 
   /** End a reservation: start or buffer the jobs the round handed over (none when it failed). */
   acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void {
+    let inlineLimit = 0;
     for (const t of reservation.targets) {
+      if (t.inline) {
+        inlineLimit += t.limit;
+        continue;
+      }
       const left = (this.reserved.get(t.target) ?? 0) - t.limit;
       if (left > 0) this.reserved.set(t.target, left);
       else this.reserved.delete(t.target);
     }
-    this.reservedTotal -= reservation.limit;
+    this.reservedTotal -= reservation.limit - inlineLimit;
+    this.handOver(jobs);
+  }
+
+  /** Start or buffer jobs inserted already claimed by this worker. */
+  handOver(jobs: ClaimedJob[]): void {
     if (jobs.length === 0) return;
     this.deps.lifecycle.emit('jobs:handed-off', { jobIds: jobs.map((j) => j.id) });
     if (!this.accepting) {
@@ -240,6 +265,89 @@ export class Worker {
       return;
     }
     this.take(jobs);
+  }
+
+  /** An inline round's jobs: buffered like any claim; their outcomes go to the round while it is open. */
+  startInline(jobs: InlineJob[]): InlineRound {
+    const round = new InlineRound(jobs);
+    for (const job of jobs) this.inlineOf.set(job.id, round);
+    if (this.accepting) this.take(jobs);
+    else for (const job of jobs) this.settle(job, { kind: 'released' });
+    return round;
+  }
+
+  /**
+   * The round's wait is over: what each of its jobs becomes. A job that succeeded is delivered and
+   * gets no row; a failed one gets its row as the failure left it; one still running stays this
+   * worker's (a running row, leased); one not started yet leaves the buffer for the queue.
+   */
+  closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> } {
+    round.state = 'closing';
+    const rows: InlineJobRow[] = [];
+    const delivered = new Map<string, string[]>();
+    const unstarted = new Set<string>();
+    for (const job of round.jobs.values()) {
+      const outcome = round.outcomes.get(job.id);
+      if (outcome?.kind === 'succeeded') {
+        const names = delivered.get(job.event.id);
+        if (names) names.push(job.target);
+        else delivered.set(job.event.id, [job.target]);
+      } else if (outcome?.kind === 'failed') {
+        const { failure } = outcome;
+        rows.push({ job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt, error: failure.error });
+      } else if (outcome?.kind === 'released' || !this.active.has(job.id)) {
+        if (!outcome) unstarted.add(job.id);
+        rows.push({ job, state: 'available', attempt: 0, scheduledAt: null, error: null });
+      } else {
+        rows.push({ job, state: 'running', attempt: 1, scheduledAt: null, error: null });
+      }
+    }
+    if (unstarted.size > 0) {
+      // Still in the buffer: out of it, to the queue (its row is 'available').
+      this.buffer = this.buffer.filter(({ job }) => {
+        if (!unstarted.has(job.id)) return true;
+        this.count(this.bufferedCount, job, -1);
+        this.inlineOf.delete(job.id);
+        return false;
+      });
+    }
+    return { rows, delivered };
+  }
+
+  /**
+   * The round's transaction ended. Committed: report what the round settled, and send outcomes
+   * that came while it closed down the usual path (their rows exist now). Not committed: nothing
+   * of the round exists, its events are delivered again, and its outcomes are dropped.
+   */
+  endInline(round: InlineRound, committed: boolean): void {
+    round.state = committed ? 'committed' : 'failed';
+    if (!committed) {
+      if (round.outcomes.size + round.late.length > 0) {
+        this.deps.log.debug({ jobs: round.jobs.size }, 'inline round did not commit; its events will be delivered again');
+      }
+      return;
+    }
+    for (const [id, outcome] of round.outcomes) {
+      const job = round.jobs.get(id)!;
+      if (outcome.kind === 'succeeded') this.emitCompleted({ job, durationMs: outcome.durationMs });
+      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded);
+    }
+    for (const { job, outcome } of round.late) this.settle(job, outcome);
+  }
+
+  /** Where an outcome goes: to its inline round, or to the batch that writes it. */
+  private settle(job: ClaimedJob, outcome: InlineOutcome): void {
+    const round = this.inlineOf.get(job.id);
+    if (round) {
+      const to = round.settle(job as InlineJob, outcome);
+      if (to !== 'row') {
+        if (outcome.kind === 'released' && to === 'held') this.inlineOf.delete(job.id);
+        return;
+      }
+    }
+    if (outcome.kind === 'succeeded') this.completions.push({ job, durationMs: outcome.durationMs });
+    else if (outcome.kind === 'failed') this.failures.push({ failure: outcome.failure, job, discarded: outcome.discarded });
+    else this.releases.push(job);
   }
 
   /** Jobs just claimed (or handed off) for this worker: buffer them and start what fits. */
@@ -304,7 +412,7 @@ export class Worker {
     while (head < this.buffer.length && this.buffer[head]!.claimedAt < staleBefore) {
       const { job } = this.buffer[head++]!;
       this.count(this.bufferedCount, job, -1);
-      this.releases.push(job);
+      this.settle(job, { kind: 'released' });
     }
     // Start jobs in order; one whose target is at its own limit waits without blocking the rest.
     let kept: { job: ClaimedJob; claimedAt: number }[] | undefined;
@@ -346,6 +454,7 @@ export class Worker {
       this.deps.log.error({ err: errorMessage(err), job_id: job.id }, 'running a job failed inside rea; its lease will expire and the rescuer returns it');
     }).finally(() => {
       this.active.delete(job.id);
+      this.inlineOf.delete(job.id);
       this.count(this.runningCount_, job, -1);
       this.noteCompletion();
       this.dispatch();
@@ -384,7 +493,7 @@ export class Worker {
       );
       const durationMs = performance.now() - started;
       if (outcome === 'succeeded') {
-        this.completions.push({ job, durationMs });
+        this.settle(job, { kind: 'succeeded', durationMs });
       } else if (outcome === 'committed') {
         this.emitCompleted({ job, durationMs });
       } else {
@@ -424,7 +533,7 @@ export class Worker {
     log.warn({ err: entry.message, retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
     const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
     if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
-    this.failures.push({ failure, job, discarded: state === 'discarded' });
+    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded' });
   }
 
   /**
@@ -458,6 +567,12 @@ export class Worker {
       );
       return false;
     });
+  }
+
+  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean): void {
+    const e = { jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message, kind: job.kind };
+    if (discarded) this.deps.lifecycle.emit('job:discarded', e);
+    else this.deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
   }
 
   private emitCompleted(d: Done): void {

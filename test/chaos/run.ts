@@ -188,17 +188,19 @@ async function main(): Promise<void> {
       left join (select event_id, count(*)::int as k from "${schema}".chaos_appends group by event_id) a on a.event_id = e.id`);
     const stuck = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state in ('running', 'available', 'retryable')`);
     const discarded = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state = 'discarded'`);
+    // Appends made inline, in relay rounds (no job row): the run covers that path too.
+    const inline = await q<'n'>(`select count(*)::int as n from "${schema}".events where 'append' = any (delivered_inline)`);
     const ids = (await c.query(`select id::text as id from "${schema}".events`)).rows.map((r) => r.id as string);
     const storedIds = new Set(ids);
     const lostAcknowledged = [...acknowledged].filter((id) => !storedIds.has(id)).length;
-    return { stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, lostAcknowledged };
+    return { stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged };
   });
 
   const lost = result.lostAcknowledged + result.missing_counter + result.missing_append;
   const summary = {
     mode: short ? 'short' : 'full', schema, kills, postgresRestarted: restartPostgres, acknowledged: acknowledged.size,
     ambiguousCommits: ambiguous, stored: result.stored, lost, duplicateEffects: result.duplicate_counter,
-    redelivered: result.redelivered, stuckJobs: result.stuck, discardedJobs: result.discarded, workerCrashes: crashes, drainMs,
+    redelivered: result.redelivered, deliveredInline: result.deliveredInline, stuckJobs: result.stuck, discardedJobs: result.discarded, workerCrashes: crashes, drainMs,
     totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));

@@ -30,6 +30,7 @@ export default defineRoute({
 <dt>Trace id</dt><dd><a href="${p.base}/events?traceId=${encodeURIComponent(e.traceId ?? '')}"><code>${e.traceId ?? ''}</code></a></dd>
 <dt>Recorded</dt><dd>${time(e.createdAt)} ${e.createdBy ? html`by ${e.createdBy}` : ''}</dd>
 <dt>Fanned out</dt><dd>${time(e.fannedOutAt)}</dd>
+${e.deliveredInline.length ? html`<dt>Delivered inline</dt><dd>${e.deliveredInline.map((h, i) => html`${i ? ', ' : ''}<code>${h}</code>`)} <span class="muted">(run in the relay's round at the first attempt; no job row)</span></dd>` : ''}
 <dt>Version</dt><dd>${e.version}</dd>
 </dl>
 ${e.lastError ? html`<h2>Last fan-out error</h2><pre class="err">${e.lastError}</pre>` : ''}
@@ -37,7 +38,7 @@ ${e.lastError ? html`<h2>Last fan-out error</h2><pre class="err">${e.lastError}<
 <h2>Payload</h2>
 <pre id="payload">${prettyJson(e.payload)}</pre>
 <h2>Jobs</h2>
-${table(['Job', 'Kind', 'Target', 'State', 'Attempt', 'When', 'Last error', ''], jobRows, 'No jobs (not fanned out yet, or no subscriber).')}
+${table(['Job', 'Kind', 'Target', 'State', 'Attempt', 'When', 'Last error', ''], jobRows, e.deliveredInline.length ? 'No jobs: every delivery succeeded inline.' : 'No jobs (not fanned out yet, or no subscriber).')}
 <h2>Delivery attempts</h2>
 ${table(['When', 'Endpoint', 'Attempt', 'Outcome', 'HTTP', 'Took', 'Response / error'], attemptRows, 'No webhook deliveries.')}
 ${errors.length ? html`<h2>Job errors</h2>${table(['Job', 'Target', 'Attempt', 'At', 'Error'], errors.map((x) => [x.job, html`<code>${x.target}</code>`, x.attempt, time(x.at), html`<code>${x.name ? `${x.name}: ` : ''}${x.message}</code>`]))}` : ''}`;

@@ -28,6 +28,18 @@ export class HandlerChannel implements JobChannel {
     return targets;
   }
 
+  /**
+   * Inline delivery is for handlers whose whole effect is their function: a transactional one
+   * completes its job in its own transaction, which needs the job's row to exist first.
+   */
+  inlineTargets(limit: number): ClaimTarget[] {
+    const targets: ClaimTarget[] = [];
+    for (const h of this.handlers.values()) {
+      if (!h.transactional) targets.push({ kind: 'handler', target: h.name, limit, leaseMs: h.timeoutMs + this.leaseMarginMs });
+    }
+    return targets;
+  }
+
   canStart(job: ClaimedJob, running: (target?: string) => number): boolean {
     return running(job.target) < this.handler(job).concurrency;
   }

@@ -17,7 +17,7 @@ export interface PGliteDriverOptions {
 }
 
 export class PGliteDriver implements Driver {
-  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: false, autovacuumDaemon: false, deferredRecord: false, dialect: 'pglite' };
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: false, inlineDelivery: false, autovacuumDaemon: false, deferredRecord: false, dialect: 'pglite' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;

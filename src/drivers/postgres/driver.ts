@@ -27,7 +27,7 @@ export const CLOSE_WAIT_MS = 2_000;
 const CANCEL_WAIT_MS = 1_000;
 
 export class PostgresDriver implements Driver {
-  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, autovacuumDaemon: true, deferredRecord: true, dialect: 'postgres' };
+  readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, inlineDelivery: true, autovacuumDaemon: true, deferredRecord: true, dialect: 'postgres' };
   readonly schema: string;
   readonly executor: PostgresExecutor;
   readonly admin: PostgresAdminExecutor;

@@ -1,7 +1,7 @@
 // The Executor for PostgreSQL dialects (pg and PGlite share it): runs the named statements and
 // maps rows to rea's own types.
 import type {
-  ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutHandOff, FanOutResult, HandlerSubscription,
+  ClaimTarget, ClaimedJob, EventInsert, EventRow, Executor, FanOutHandOff, FanOutResult, HandlerSubscription, InlineJob, InlineJobRow,
   JobFailure, JobRow, Queryable, WebhookFanOut,
 } from '../../driver/types.js';
 import { DEFAULTS } from '../../core/options.js';
@@ -34,15 +34,19 @@ export class PostgresExecutor implements Executor {
     ]);
   }
 
-  async eventFanOut(q: Queryable, p: { limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff }): Promise<FanOutResult> {
+  async eventFanOut(q: Queryable, p: {
+    limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff; inlineIdleLimitMs?: number;
+  }): Promise<FanOutResult> {
     const w = p.webhook ?? DEFAULT_WEBHOOK_FAN_OUT;
     const h = p.handOff && p.handOff.limit > 0 ? p.handOff : undefined;
+    const inline = h?.targets.some((t) => t.inline) ?? false;
     const params = [p.limit, p.now, w.maxAttempts, w.leaseMs, w.failingDelayMs];
     const { rows } = p.onlyId
       ? await q.query<Row>(this.sql.eventFanOutOne, [...params, p.onlyId])
       : h
-        ? await q.query<Row>(this.sql.eventFanOutHandOff, [
+        ? await q.query<Row>(inline ? this.sql.eventFanOutInline : this.sql.eventFanOutHandOff, [
           ...params, h.workerId, h.targets.map((t) => t.target), h.targets.map((t) => t.limit), h.limit, h.targets.map((t) => t.leaseMs),
+          ...(inline ? [h.targets.map((t) => t.inline === true), String(p.inlineIdleLimitMs ?? 10_000)] : []),
         ])
         : await q.query<Row>(this.sql.eventFanOut, params);
     const row = rows[0]!;
@@ -57,7 +61,29 @@ export class PostgresExecutor implements Executor {
       id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
       coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
     }));
-    return { eventIds: row.event_ids ? (row.event_ids as string).split(',') : [], jobs: row.jobs as number, handedOff };
+    const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
+    if (!inline) return { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
+    const inlineJobs = (row.inline_jobs as Row[]).map((r): InlineJob => ({
+      id: r.id, kind: 'handler', target: r.target, attempt: 1, maxAttempts: r.max_attempts, coalesced: r.coalesced,
+      event: events.get(r.event_id)!, eventFound: true, leaseMs: r.lease_ms, priority: r.priority,
+    }));
+    const inlineKeys = row.event_ctids ? (row.event_ctids as string).split(';') : [];
+    return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs, inlineKeys };
+  }
+
+  async eventInlineFinish(q: Queryable, p: {
+    keys: string[]; eventIds: string[]; delivered: ReadonlyMap<string, string[]>; jobs: InlineJobRow[]; workerId: string; now: Date | null;
+  }): Promise<{ fanned: number; converted: number }> {
+    const sep = String.fromCharCode(31);
+    const jobs = p.jobs.map((r) => ({
+      id: r.job.id, event_id: r.job.event.id, target: r.job.target, state: r.state, attempt: r.attempt,
+      max_attempts: r.job.maxAttempts, priority: r.job.priority, coalesced: r.job.coalesced, lease_ms: r.job.leaseMs,
+      scheduled_at: r.scheduledAt?.toISOString() ?? null, error: r.error,
+    }));
+    const { rows } = await q.query<Row>(this.sql.eventInlineFinish, [
+      p.keys, p.now, p.eventIds.map((id) => (p.delivered.get(id) ?? []).join(sep)), JSON.stringify(jobs), p.workerId,
+    ]);
+    return { fanned: rows[0]!.fanned as number, converted: rows[0]!.converted as number };
   }
 
   async eventListUnfanned(p: { limit: number }): Promise<string[]> {
@@ -177,6 +203,7 @@ export function mapEvent(r: Row): EventRow {
     id: r.id, type: r.type, subject: r.subject, payload: r.payload, traceId: r.trace_id,
     createdBy: r.created_by, version: r.version, createdAt: r.created_at, fannedOutAt: r.fanned_out_at,
     fanAttempts: r.fan_attempts, poisonedAt: r.poisoned_at, lastError: r.last_error,
+    deliveredInline: r.delivered_inline ?? [],
   };
 }
 

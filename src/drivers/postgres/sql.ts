@@ -7,7 +7,15 @@ export function postgresStatements(s: string) {
   // A queued job's lease_ms is only the fanning side's view (the handlers row, written by whichever
   // process started last; $4 for webhooks): a claim (jobClaim) or a hand-off replaces it with the
   // lease of the worker that takes the job, which is the one its run is timed by.
-  const fanOut = (filter: string, handOff: boolean) => /* sql */ `
+  //
+  // With inline (a hand-off whose targets say inline, $11), the handed-off jobs of inline targets
+  // are not inserted at all: each gets a job id from the jobs sequence and comes back to be run by
+  // the worker while this statement's transaction stays open (see eventInlineFinish). Nor are the
+  // events marked fanned here: eventInlineFinish does that once, with what was delivered.
+  const fanOut = (filter: string, mode: 'plain' | 'handOff' | 'inline') => {
+    const handOff = mode !== 'plain';
+    const inline = mode === 'inline';
+    return /* sql */ `
 with claimed as (
   select ctid, id, type, subject, payload, trace_id, created_by, version, created_at,
          coalesce(subject, id::text) as coalesce_key
@@ -33,14 +41,14 @@ ${handOff ? /* sql */ `), offered as (
   -- Hand-off: the worker of the process running this round has room for up to lim more jobs of
   -- these handlers, each leased for lease_ms ($7, $8, $10; $6 is its id). Offered only where no
   -- job of that handler is waiting due in the queue, so a handed-off job never overtakes an older one.
-  select t.target, t.lim, t.lease_ms
-  from unnest($7::text[], $8::int[], $10::int[]) as t(target, lim, lease_ms)
+  select t.target, t.lim, t.lease_ms, ${inline ? 't.inline' : 'false as inline'}
+  from unnest($7::text[], $8::int[], $10::int[]${inline ? ', $11::boolean[]' : ''}) as t(target, lim, lease_ms${inline ? ', inline' : ''})
   where not exists (
     select 1 from ${s}.jobs q
     where q.state in ('available', 'retryable') and q.kind = 'handler' and q.target = t.target
       and q.scheduled_at <= coalesce($2::timestamptz, now()))
 ), ranked as (
-  select p.*, o.lease_ms as offered_lease_ms,
+  select p.*, o.lease_ms as offered_lease_ms, coalesce(o.inline, false) as offered_inline,
          coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
   from picked p left join offered o on o.target = p.name
 ), handed as (
@@ -48,8 +56,12 @@ ${handOff ? /* sql */ `), offered as (
   select r.*, r.eligible and count(*) filter (where r.eligible) over (order by r.event_id, r.name) <= $9 as mine
   from ranked r
 ` : /* sql */ `), handed as (
-  select p.*, false as mine from picked p
-`}), hooks as (
+  select p.*, false as mine, false as offered_inline from picked p
+`}${inline ? /* sql */ `), inline_jobs as (
+  select nextval(pg_get_serial_sequence('${s}.jobs', 'id')) as id, event_id, name as target, max_attempts,
+         offered_lease_ms as lease_ms, priority, coalesced
+  from handed where mine and offered_inline
+` : ''}), hooks as (
   -- Webhooks: one job per (event, endpoint), never coalesced; nothing for a disabled endpoint,
   -- and a failing endpoint's new deliveries wait $5 ms.
   select c.id as event_id, ep.id::text as endpoint_id, ep.state = 'failing' as failing
@@ -69,7 +81,7 @@ ${handOff ? /* sql */ `), offered as (
     select event_id, 'handler' as kind, name as target, max_attempts,
            ${handOff ? 'case when mine then offered_lease_ms else lease_ms end' : 'lease_ms'} as lease_ms,
            priority, coalesced, coalesce($2::timestamptz, now()) as scheduled_at, mine
-    from handed
+    from handed${inline ? ' where not (mine and offered_inline)' : ''}
     union all
     select event_id, 'webhook', endpoint_id, $3::int, $4::int, 0::smallint, 1,
            coalesce($2::timestamptz, now())
@@ -79,7 +91,7 @@ ${handOff ? /* sql */ `), offered as (
   ) j
   order by event_id
   returning id, event_id, target, state, attempt, max_attempts, coalesced
-), fanned as (
+${inline ? '' : /* sql */ `), fanned as (
   -- By ctid: the rows are locked by this statement, so their position is stable, and the update
   -- skips a primary-key probe per event (which grows with the history the table holds).
   update ${s}.events e
@@ -87,9 +99,17 @@ ${handOff ? /* sql */ `), offered as (
   from claimed c
   where e.ctid = c.ctid
   returning e.id
-)
+`})
 -- The ids as one comma-separated text: cheaper to split than a text[] to parse (200 per round).
-select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
+select (select string_agg(id::text, ',' order by id) from ${inline ? 'claimed' : 'fanned'}) as event_ids,${inline ? /* sql */ `
+       (select string_agg(ctid::text, ';' order by id) from claimed) as event_ctids,
+       (select coalesce(json_agg(json_build_object(
+           'id', j.id::text, 'target', j.target, 'max_attempts', j.max_attempts, 'lease_ms', j.lease_ms,
+           'priority', j.priority, 'coalesced', j.coalesced, 'event_id', j.event_id::text) order by j.id), '[]'::json)
+        from inline_jobs j) as inline_jobs,
+       -- The round's transaction waits for the worker: should this process freeze, the server
+       -- ends it after $12 ms idle, and the events go to another process.
+       (select set_config('idle_in_transaction_session_timeout', $12::text, true)) as idle_limit,` : ''}
        (select count(*) from inserted)::int as jobs,
        -- Jobs and their events as two lists the executor joins by event_id: a join here is planned
        -- as a nested loop over the two CTEs (their row estimates are 1), which cost more than the
@@ -102,7 +122,8 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
            'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
            'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
         from claimed c
-        where c.id = any (array(select i.event_id from inserted i where i.state = 'running'))) as handed_events`;
+        where c.id = any (array(select i.event_id from inserted i where i.state = 'running'${inline ? ' union all select j.event_id from inline_jobs j' : ''}))) as handed_events`;
+  };
 
   return {
     eventInsertOne: /* sql */ `
@@ -116,9 +137,39 @@ values ($1, $2, $3, $4::jsonb, $5, $6, $7)`,
 insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
 select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
 
-    eventFanOut: fanOut('', false),
-    eventFanOutHandOff: fanOut('', true),
-    eventFanOutOne: fanOut('and id = $6::uuid', false),
+    eventFanOut: fanOut('', 'plain'),
+    eventFanOutHandOff: fanOut('', 'handOff'),
+    eventFanOutInline: fanOut('', 'inline'),
+    eventFanOutOne: fanOut('and id = $6::uuid', 'plain'),
+
+    // The end of an inline round, in its transaction: mark the round's events fanned, with the
+    // handlers whose inline delivery succeeded ($3: per event, names joined by chr(31); '' for
+    // none), and give a job row to every inline delivery that did not (failed: retryable or
+    // discarded with its error; not finished in time: running, claimed by this worker, $5).
+    eventInlineFinish: /* sql */ `
+with fanned as (
+  update ${s}.events e
+  set fanned_out_at = coalesce($2::timestamptz, now()),
+      delivered_inline = case when d.handlers = '' then null else string_to_array(d.handlers, chr(31)) end
+  from unnest($1::tid[], $3::text[]) as d(ctid, handlers)
+  where e.ctid = d.ctid
+  returning 1
+), converted as (
+  insert into ${s}.jobs (id, event_id, kind, target, state, attempt, max_attempts, priority, coalesced, lease_ms,
+                         scheduled_at, attempted_at, attempted_by, finalized_at, lease_expires_at, errors)
+  overriding system value
+  select j.id, j.event_id, 'handler', j.target, j.state, j.attempt, j.max_attempts, j.priority, j.coalesced, j.lease_ms,
+         coalesce(j.scheduled_at, $2::timestamptz, now()),
+         case when j.attempt > 0 then coalesce($2::timestamptz, now()) end,
+         case when j.attempt > 0 then $5::text end,
+         case when j.state = 'discarded' then coalesce($2::timestamptz, now()) end,
+         case when j.state = 'running' then coalesce($2::timestamptz, now()) + j.lease_ms * interval '1 millisecond' end,
+         case when j.error is null then '[]'::jsonb else jsonb_build_array(j.error) end
+  from json_to_recordset($4::json) as j(id bigint, event_id uuid, target text, state text, attempt int, max_attempts int,
+                                         priority smallint, coalesced int, lease_ms int, scheduled_at timestamptz, error jsonb)
+  returning 1
+)
+select (select count(*) from fanned)::int as fanned, (select count(*) from converted)::int as converted`,
 
     eventListUnfanned: /* sql */ `
 select id::text as id from ${s}.events
@@ -146,14 +197,14 @@ returning id::text as id`,
     // Rows this very transaction inserted: their xmin is its transaction id (modulo 2^32).
     eventListInCurrentTransaction: /* sql */ `
 select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
-       fanned_out_at, fan_attempts, poisoned_at, last_error
+       fanned_out_at, fan_attempts, poisoned_at, last_error, delivered_inline
 from ${s}.events
 where xmin::text = (pg_current_xact_id()::text::bigint % 4294967296)::text
 order by id`,
 
     eventGet: /* sql */ `
 select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
-       fanned_out_at, fan_attempts, poisoned_at, last_error
+       fanned_out_at, fan_attempts, poisoned_at, last_error, delivered_inline
 from ${s}.events where id = $1::uuid`,
 
     handlerUpsertMany: /* sql */ `

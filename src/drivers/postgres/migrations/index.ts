@@ -224,4 +224,15 @@ alter table {schema}.webhook_attempts set (autovacuum_vacuum_scale_factor = 0.02
 alter table {schema}.handlers add column seen_at timestamptz not null default now();
 `,
   },
+  {
+    version: 7,
+    name: 'delivered_inline',
+    // A relay round may run this process's handlers itself, in the round's transaction (inline
+    // delivery): a delivery that succeeds there gets no job row, and its handler's name is kept
+    // on the event instead, so the event still says who received it.
+    sql: /* sql */ `
+alter table {schema}.events add column delivered_inline text[];
+alter table {schema}.events_archive add column delivered_inline text[];
+`,
+  },
 ];

@@ -1,0 +1,67 @@
+// An inline round: handler jobs a relay round gave this process's worker without inserting them.
+// The round's transaction stays open (its events locked, not yet marked fanned) while the worker
+// runs them, for at most the round's wait. A job that succeeds in that time never gets a row; the
+// others get theirs when the round ends (eventInlineFinish), and from then on take the usual path.
+// Should the round's transaction fail, nothing of it was stored: its events are delivered again.
+import type { InlineJob, JobFailure } from '../driver/types.js';
+
+export type InlineOutcome =
+  | { kind: 'succeeded'; durationMs: number }
+  | { kind: 'failed'; failure: JobFailure; discarded: boolean }
+  /** Handed back unstarted (the worker stopped): it goes to the queue. */
+  | { kind: 'released' };
+
+/**
+ * open: outcomes are kept for the round. closing: the round's rows are being written; outcomes
+ * wait for it. committed: every job not settled in the round has its row. failed: the round's
+ * transaction ended without committing; its jobs do not exist.
+ */
+export type InlineState = 'open' | 'closing' | 'committed' | 'failed';
+
+export class InlineRound {
+  state: InlineState = 'open';
+  readonly jobs: ReadonlyMap<string, InlineJob>;
+  /** Outcomes while open, by job id. */
+  readonly outcomes = new Map<string, InlineOutcome>();
+  /** Outcomes that came while closing, for the usual path once the round committed. */
+  readonly late: { job: InlineJob; outcome: InlineOutcome }[] = [];
+  private wake: (() => void) | undefined;
+
+  constructor(jobs: readonly InlineJob[]) {
+    this.jobs = new Map(jobs.map((j) => [j.id, j]));
+  }
+
+  /**
+   * A job of this round ended. held: the round takes it. row: the job has its row now, so the
+   * outcome takes the usual path. void: the round failed, the job never existed, and its event
+   * will be delivered again.
+   */
+  settle(job: InlineJob, outcome: InlineOutcome): 'held' | 'row' | 'void' {
+    switch (this.state) {
+      case 'open':
+        this.outcomes.set(job.id, outcome);
+        if (this.outcomes.size === this.jobs.size) this.wake?.();
+        return 'held';
+      case 'closing':
+        this.late.push({ job, outcome });
+        return 'held';
+      case 'committed':
+        return 'row';
+      case 'failed':
+        return 'void';
+    }
+  }
+
+  /** Resolves once every job has an outcome, or after ms. */
+  wait(ms: number): Promise<void> {
+    if (this.outcomes.size === this.jobs.size) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = done;
+    }).finally(() => (this.wake = undefined));
+  }
+}

@@ -1,0 +1,183 @@
+// Inline delivery: a relay round runs this process's plain handlers itself, with its transaction
+// open, for at most relay.inlineMs. A delivery that succeeds in that time has no job row and is
+// named on its event; every other one gets a row when the round ends, as the run left it. A round
+// that does not commit stores nothing, so its events are delivered again.
+import { describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { createBus, defineEvents, OptionsError } from '../src/index.js';
+import { postgresTarget, pgliteTarget, quickBackoff, testBus, type Target } from './helpers/db.js';
+import { counter, deferred } from './helpers/signals.js';
+
+const events = defineEvents({ 'order.created': z.object({ n: z.number() }) });
+
+interface JobView { event_id: string; target: string; state: string; attempt: number; attempted_by: string | null; errors: number }
+
+function views(target: Target, schema: string) {
+  return {
+    jobs: () => target.query<JobView>(
+      `select event_id::text, target, state, attempt, attempted_by, jsonb_array_length(errors) as errors
+       from "${schema}".jobs order by id`),
+    events: () => target.query<{ id: string; fanned: boolean; delivered_inline: string[] | null }>(
+      `select id::text, fanned_out_at is not null as fanned, delivered_inline from "${schema}".events order by id`),
+  };
+}
+
+async function recordAll(bus: Awaited<ReturnType<typeof testBus<typeof events.schemas>>>, ns: number[]): Promise<string[]> {
+  return bus.transaction(async (tx) => {
+    const ids: string[] = [];
+    for (const n of ns) ids.push(await bus.record(tx, 'order.created', { n }));
+    return ids;
+  });
+}
+
+describe('inline delivery on postgres', () => {
+  const test = it.skipIf(!postgresTarget.available);
+  const target = postgresTarget;
+
+  test('a plain handler that succeeds in the round has no job row and is named on the event; a transactional one still has its row', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50 } });
+    const v = views(target, bus.schema);
+    const shipped = counter(3);
+    const audited = counter(3);
+    bus.on('order.created', 'ship', () => shipped.tick());
+    bus.on('order.created', 'audit', async (_e, ctx) => {
+      await ctx.tx!.query(`select 1`);
+      audited.tick();
+    }, { transactional: true });
+    const completed: { handler: string; jobId: string }[] = [];
+    bus.lifecycle.on('job:completed', (e) => completed.push({ handler: e.handler, jobId: e.jobId }));
+    await bus.start();
+    const ids = await recordAll(bus, [1, 2, 3]);
+    await Promise.all([shipped.done, audited.done]);
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed', 'completed', 'completed']));
+
+    const jobs = await v.jobs();
+    expect(jobs.map((j) => j.target)).toEqual(['audit', 'audit', 'audit']);
+    expect((await v.events()).map((e) => [e.id, e.fanned, e.delivered_inline])).toEqual(ids.map((id) => [id, true, ['ship']]));
+    expect((await bus.events.get(ids[0]!))!.deliveredInline).toEqual(['ship']);
+    expect(completed.filter((c) => c.handler === 'ship')).toHaveLength(3);
+    expect(shipped.value).toBe(3);
+    expect(audited.value).toBe(3);
+  });
+
+  test('an inline delivery that fails gets a retryable row with its error, and the retry runs from the queue', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50 } });
+    const v = views(target, bus.schema);
+    const attempts: number[] = [];
+    const done = deferred();
+    bus.on('order.created', 'flaky', (_e, ctx) => {
+      attempts.push(ctx.attempt);
+      if (ctx.attempt === 1) throw new Error('warehouse busy');
+      done.resolve();
+    }, { backoff: quickBackoff });
+    const failed: number[] = [];
+    bus.lifecycle.on('job:failed', (e) => failed.push(e.attempt));
+    await bus.start();
+    const [id] = await recordAll(bus, [1]);
+    await done.promise;
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed']));
+
+    expect(attempts).toEqual([1, 2]);
+    expect(failed).toEqual([1]);
+    const [job] = await v.jobs();
+    expect(job).toMatchObject({ event_id: id, target: 'flaky', attempt: 2, errors: 1 });
+    expect((await v.events())[0]!.delivered_inline).toBeNull();
+  });
+
+  test('a delivery still running when the wait ends becomes a running row of this worker; ones not started go to the queue', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 20 }, worker: { concurrency: 1, prefetch: 0 } });
+    const v = views(target, bus.schema);
+    const gate = deferred();
+    const started = deferred();
+    const ran = counter(3);
+    bus.on('order.created', 'slow', async () => {
+      started.resolve();
+      await gate.promise;
+      ran.tick();
+    });
+    await bus.start();
+    await recordAll(bus, [1, 2, 3]);
+    await started.promise;
+    // The round ended after 20 ms with the first delivery running and two never started.
+    await vi.waitFor(async () => expect((await v.jobs())).toHaveLength(3));
+    const rows = await v.jobs();
+    expect(rows.map((r) => [r.state, r.attempt, r.attempted_by])).toEqual([
+      ['running', 1, 'solo'], ['available', 0, null], ['available', 0, null],
+    ]);
+    expect((await v.events()).every((e) => e.fanned && e.delivered_inline === null)).toBe(true);
+
+    gate.resolve();
+    await ran.done;
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => [j.state, j.attempt])).toEqual([['completed', 1], ['completed', 1], ['completed', 1]]));
+    expect(ran.value).toBe(3);
+  });
+
+  test('a round whose transaction is cut off stores nothing, and its events are delivered again', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 5000 } });
+    const v = views(target, bus.schema);
+    const firstRun = deferred();
+    const release = deferred();
+    const runs: number[] = [];
+    const again = deferred();
+    bus.on('order.created', 'ship', async (e) => {
+      runs.push(e.payload.n);
+      if (runs.length === 1) {
+        firstRun.resolve();
+        await release.promise;
+      } else {
+        again.resolve();
+      }
+    });
+    await bus.start();
+    const [id] = await recordAll(bus, [7]);
+    await firstRun.promise;
+    // The round waits for the handler, its transaction idle: end that session, as a failover would.
+    const killed = await target.query<{ pid: number }>(
+      `select pg_terminate_backend(pid) as ok, pid from pg_stat_activity
+       where state = 'idle in transaction' and datname = current_database() and query like $1`,
+      [`%"${bus.schema}".events%`],
+    );
+    expect(killed).toHaveLength(1);
+    expect((await v.events())[0]!.fanned).toBe(false);
+    release.resolve();
+    await again.promise;
+    await vi.waitFor(async () => expect((await v.events())[0]!.fanned).toBe(true));
+
+    expect(runs).toEqual([7, 7]);
+    expect(await v.jobs()).toEqual([]);
+    expect((await v.events())[0]).toMatchObject({ id, delivered_inline: ['ship'] });
+  });
+
+  test('by default (relay.inlineMs 0) every delivery has its job row', async () => {
+    const bus = await testBus(target, events);
+    const v = views(target, bus.schema);
+    const ran = counter(2);
+    bus.on('order.created', 'ship', () => ran.tick());
+    await bus.start();
+    await recordAll(bus, [1, 2]);
+    await ran.done;
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed', 'completed']));
+    expect((await v.events()).map((e) => e.delivered_inline)).toEqual([null, null]);
+  });
+});
+
+describe('inline delivery elsewhere', () => {
+  it('PGlite (one connection) never holds a round open: deliveries have job rows', async () => {
+    const bus = await testBus(pgliteTarget, events, { relay: { inlineMs: 50 } });
+    const v = views(pgliteTarget, bus.schema);
+    const ran = counter(2);
+    bus.on('order.created', 'ship', () => ran.tick());
+    await bus.start();
+    await recordAll(bus, [1, 2]);
+    await ran.done;
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed', 'completed']));
+    expect((await v.events()).map((e) => e.delivered_inline)).toEqual([null, null]);
+  });
+
+  it('relay.inlineMs must be a whole number of ms from 0 to 10 000', () => {
+    for (const inlineMs of [-1, 1.5, 10_001]) {
+      expect(() => createBus({ database: pgliteTarget.database(), events, relay: { inlineMs } })).toThrow(OptionsError);
+    }
+    expect(() => createBus({ database: pgliteTarget.database(), events, relay: { inlineMs: -1 } })).toThrow(/relay\.inlineMs/);
+  });
+});
