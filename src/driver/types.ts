@@ -124,13 +124,12 @@ export interface FanOutResult {
   jobs: number;
   /** The jobs inserted already claimed for the hand-off's worker, by id; a driver may hand off none. */
   handedOff: ClaimedJob[];
-  /** Inline jobs (targets with inline), not yet in the jobs table; empty unless asked for. */
-  inline: InlineJob[];
   /**
-   * Present when the round was inline: its events are claimed (locked) but not yet marked fanned,
-   * and the transaction must end with eventInlineFinish given these keys (the driver's own, e.g. ctids).
+   * Inline jobs (targets with inline), not in the jobs table; empty unless asked for. Their events
+   * are marked delivered to them, in the statement's transaction, which must not commit before
+   * eventInlineFinish has corrected that for the ones that did not succeed.
    */
-  inlineKeys?: string[];
+  inline: InlineJob[];
 }
 
 export interface StoredEvent {
@@ -235,12 +234,13 @@ export interface Executor {
     inlineIdleLimitMs?: number;
   }): Promise<FanOutResult>;
   /**
-   * End an inline round, in the transaction of its eventFanOut: mark its events fanned, each with
-   * the handlers whose inline delivery succeeded, and insert the rows of the inline jobs given.
+   * End an inline round whose deliveries did not all succeed, in the transaction of its
+   * eventFanOut: set each given event's delivered_inline to the handlers that did receive it, and
+   * insert the rows of the inline jobs given.
    */
   eventInlineFinish(q: Queryable, params: {
-    keys: string[]; eventIds: string[]; delivered: ReadonlyMap<string, string[]>; jobs: InlineJobRow[]; workerId: string; now: Date | null;
-  }): Promise<{ fanned: number; converted: number }>;
+    delivered: { eventId: string; handlers: string[] }[]; jobs: InlineJobRow[]; workerId: string; now: Date | null;
+  }): Promise<{ corrected: number; converted: number }>;
   /** Oldest unfanned, unpoisoned event ids, for the row-by-row retry of a failed round. */
   eventListUnfanned(params: { limit: number }): Promise<string[]>;
   /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */

@@ -4,10 +4,11 @@
 // retried row by row so one bad row is poisoned instead of blocking everything behind it.
 //
 // Inline delivery (inlineMs > 0, on drivers that can): a round hands this process's plain
-// handlers their jobs without inserting them, and keeps its transaction open while the worker runs
-// them, for at most inlineMs. Then, in the same transaction, its events are marked fanned with the
-// handlers that succeeded, and only the jobs that did not (failed, still running, not started)
-// get rows. A crash before COMMIT stores nothing of the round, so its events are delivered again.
+// handlers their jobs without inserting them, marks its events fanned and delivered to those
+// handlers, and keeps its transaction open while the worker runs them, for at most inlineMs. Then,
+// in the same transaction, the jobs that did not succeed (failed, still running, not started) get
+// rows and their events lose those handlers from delivered_inline; a round where all succeeded
+// just commits. A crash before COMMIT stores nothing of the round, so its events are delivered again.
 import type { Clock } from '../core/clock.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { PollLoop } from '../core/poll.js';
@@ -160,9 +161,14 @@ export class Relay {
         await round.wait(this.options.inlineMs);
         const { rows, delivered } = handOff.closeInline(round);
         converted = rows;
-        await this.driver.executor.eventInlineFinish(q, {
-          keys: r.inlineKeys ?? [], eventIds: r.eventIds, delivered, jobs: rows, workerId: handOff.workerId, now: this.deps.clock.now(),
-        });
+        // The statement marked every inline delivery done; correct the events of those that were not.
+        if (rows.length > 0) {
+          const events = [...new Set(rows.map((x) => x.job.event.id))];
+          await this.driver.executor.eventInlineFinish(q, {
+            delivered: events.map((eventId) => ({ eventId, handlers: delivered.get(eventId) ?? [] })),
+            jobs: rows, workerId: handOff.workerId, now: this.deps.clock.now(),
+          });
+        }
         return r;
       });
     } catch (err) {

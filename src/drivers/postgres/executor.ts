@@ -67,13 +67,12 @@ export class PostgresExecutor implements Executor {
       id: r.id, kind: 'handler', target: r.target, attempt: 1, maxAttempts: r.max_attempts, coalesced: r.coalesced,
       event: events.get(r.event_id)!, eventFound: true, leaseMs: r.lease_ms, priority: r.priority,
     }));
-    const inlineKeys = row.event_ctids ? (row.event_ctids as string).split(';') : [];
-    return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs, inlineKeys };
+    return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
   }
 
   async eventInlineFinish(q: Queryable, p: {
-    keys: string[]; eventIds: string[]; delivered: ReadonlyMap<string, string[]>; jobs: InlineJobRow[]; workerId: string; now: Date | null;
-  }): Promise<{ fanned: number; converted: number }> {
+    delivered: { eventId: string; handlers: string[] }[]; jobs: InlineJobRow[]; workerId: string; now: Date | null;
+  }): Promise<{ corrected: number; converted: number }> {
     const sep = String.fromCharCode(31);
     const jobs = p.jobs.map((r) => ({
       id: r.job.id, event_id: r.job.event.id, target: r.job.target, state: r.state, attempt: r.attempt,
@@ -81,9 +80,9 @@ export class PostgresExecutor implements Executor {
       scheduled_at: r.scheduledAt?.toISOString() ?? null, error: r.error,
     }));
     const { rows } = await q.query<Row>(this.sql.eventInlineFinish, [
-      p.keys, p.now, p.eventIds.map((id) => (p.delivered.get(id) ?? []).join(sep)), JSON.stringify(jobs), p.workerId,
+      p.delivered.map((d) => d.eventId), p.delivered.map((d) => d.handlers.join(sep)), JSON.stringify(jobs), p.workerId, p.now,
     ]);
-    return { fanned: rows[0]!.fanned as number, converted: rows[0]!.converted as number };
+    return { corrected: rows[0]!.corrected as number, converted: rows[0]!.converted as number };
   }
 
   async eventListUnfanned(p: { limit: number }): Promise<string[]> {

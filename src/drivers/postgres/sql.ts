@@ -10,8 +10,10 @@ export function postgresStatements(s: string) {
   //
   // With inline (a hand-off whose targets say inline, $11), the handed-off jobs of inline targets
   // are not inserted at all: each gets a job id from the jobs sequence and comes back to be run by
-  // the worker while this statement's transaction stays open (see eventInlineFinish). Nor are the
-  // events marked fanned here: eventInlineFinish does that once, with what was delivered.
+  // the worker while this statement's transaction stays open. The events are marked fanned and
+  // delivered inline to those handlers as if every inline delivery will succeed: the transaction
+  // commits only after eventInlineFinish has corrected the events where one did not, and given
+  // those jobs their rows. So the common round writes each event once.
   const fanOut = (filter: string, mode: 'plain' | 'handOff' | 'inline') => {
     const handOff = mode !== 'plain';
     const inline = mode === 'inline';
@@ -61,6 +63,12 @@ ${handOff ? /* sql */ `), offered as (
   select nextval(pg_get_serial_sequence('${s}.jobs', 'id')) as id, event_id, name as target, max_attempts,
          offered_lease_ms as lease_ms, priority, coalesced
   from handed where mine and offered_inline
+), inline_names as materialized (
+  -- Per event, the handlers its inline jobs are for, as one jsonb object the update below looks
+  -- each event up in: a join of the two CTEs here is planned as a nested loop (their row
+  -- estimates are tiny), 200 × 200 rows a round.
+  select jsonb_object_agg(event_id::text, names) as m
+  from (select event_id, jsonb_agg(target order by target) as names from inline_jobs group by event_id) x
 ` : ''}), hooks as (
   -- Webhooks: one job per (event, endpoint), never coalesced; nothing for a disabled endpoint,
   -- and a failing endpoint's new deliveries wait $5 ms.
@@ -91,18 +99,19 @@ ${handOff ? /* sql */ `), offered as (
   ) j
   order by event_id
   returning id, event_id, target, state, attempt, max_attempts, coalesced
-${inline ? '' : /* sql */ `), fanned as (
+), fanned as (
   -- By ctid: the rows are locked by this statement, so their position is stable, and the update
   -- skips a primary-key probe per event (which grows with the history the table holds).
   update ${s}.events e
-  set fanned_out_at = coalesce($2::timestamptz, now())
+  set fanned_out_at = coalesce($2::timestamptz, now())${inline ? /* sql */ `,
+      delivered_inline = (select case when n.m ? c.id::text then array(select jsonb_array_elements_text(n.m -> c.id::text)) end
+                          from inline_names n)` : ''}
   from claimed c
   where e.ctid = c.ctid
   returning e.id
-`})
+)
 -- The ids as one comma-separated text: cheaper to split than a text[] to parse (200 per round).
-select (select string_agg(id::text, ',' order by id) from ${inline ? 'claimed' : 'fanned'}) as event_ids,${inline ? /* sql */ `
-       (select string_agg(ctid::text, ';' order by id) from claimed) as event_ctids,
+select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,${inline ? /* sql */ `
        (select coalesce(json_agg(json_build_object(
            'id', j.id::text, 'target', j.target, 'max_attempts', j.max_attempts, 'lease_ms', j.lease_ms,
            'priority', j.priority, 'coalesced', j.coalesced, 'event_id', j.event_id::text) order by j.id), '[]'::json)
@@ -142,34 +151,33 @@ select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[]
     eventFanOutInline: fanOut('', 'inline'),
     eventFanOutOne: fanOut('and id = $6::uuid', 'plain'),
 
-    // The end of an inline round, in its transaction: mark the round's events fanned, with the
-    // handlers whose inline delivery succeeded ($3: per event, names joined by chr(31); '' for
-    // none), and give a job row to every inline delivery that did not (failed: retryable or
-    // discarded with its error; not finished in time: running, claimed by this worker, $5).
+    // The end of an inline round whose deliveries did not all succeed, in its transaction: each
+    // event of such a delivery gets the handlers that did receive it ($2: names joined by chr(31);
+    // '' for none), and each such delivery its job row (failed: retryable or discarded with its
+    // error; not finished in time: running, claimed by this worker, $4; not started: available).
     eventInlineFinish: /* sql */ `
-with fanned as (
+with corrected as (
   update ${s}.events e
-  set fanned_out_at = coalesce($2::timestamptz, now()),
-      delivered_inline = case when d.handlers = '' then null else string_to_array(d.handlers, chr(31)) end
-  from unnest($1::tid[], $3::text[]) as d(ctid, handlers)
-  where e.ctid = d.ctid
+  set delivered_inline = case when d.handlers = '' then null else string_to_array(d.handlers, chr(31)) end
+  from unnest($1::uuid[], $2::text[]) as d(id, handlers)
+  where e.id = d.id
   returning 1
 ), converted as (
   insert into ${s}.jobs (id, event_id, kind, target, state, attempt, max_attempts, priority, coalesced, lease_ms,
                          scheduled_at, attempted_at, attempted_by, finalized_at, lease_expires_at, errors)
   overriding system value
   select j.id, j.event_id, 'handler', j.target, j.state, j.attempt, j.max_attempts, j.priority, j.coalesced, j.lease_ms,
-         coalesce(j.scheduled_at, $2::timestamptz, now()),
-         case when j.attempt > 0 then coalesce($2::timestamptz, now()) end,
-         case when j.attempt > 0 then $5::text end,
-         case when j.state = 'discarded' then coalesce($2::timestamptz, now()) end,
-         case when j.state = 'running' then coalesce($2::timestamptz, now()) + j.lease_ms * interval '1 millisecond' end,
+         coalesce(j.scheduled_at, $5::timestamptz, now()),
+         case when j.attempt > 0 then coalesce($5::timestamptz, now()) end,
+         case when j.attempt > 0 then $4::text end,
+         case when j.state = 'discarded' then coalesce($5::timestamptz, now()) end,
+         case when j.state = 'running' then coalesce($5::timestamptz, now()) + j.lease_ms * interval '1 millisecond' end,
          case when j.error is null then '[]'::jsonb else jsonb_build_array(j.error) end
-  from json_to_recordset($4::json) as j(id bigint, event_id uuid, target text, state text, attempt int, max_attempts int,
+  from json_to_recordset($3::json) as j(id bigint, event_id uuid, target text, state text, attempt int, max_attempts int,
                                          priority smallint, coalesced int, lease_ms int, scheduled_at timestamptz, error jsonb)
   returning 1
 )
-select (select count(*) from fanned)::int as fanned, (select count(*) from converted)::int as converted`,
+select (select count(*) from corrected)::int as corrected, (select count(*) from converted)::int as converted`,
 
     eventListUnfanned: /* sql */ `
 select id::text as id from ${s}.events
