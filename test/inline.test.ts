@@ -148,6 +148,56 @@ describe('inline delivery on postgres', () => {
     expect((await v.events())[0]).toMatchObject({ id, delivered_inline: ['ship'] });
   });
 
+  test('a coalescing handler gets one inline delivery per subject, named on the newest event of it', async () => {
+    const bus = await testBus(target, events, { relay: { inlineMs: 50 } });
+    const v = views(target, bus.schema);
+    const got = deferred<{ id: string; coalesced: number }>();
+    bus.on('order.created', 'latest', (e, ctx) => got.resolve({ id: e.id, coalesced: ctx.coalesced }), { coalesce: 'subject' });
+    await bus.start();
+    const ids = await bus.transaction(async (tx) => {
+      const out: string[] = [];
+      for (const n of [1, 2, 3]) out.push(await bus.record(tx, 'order.created', { n }, { subject: 'order-9' }));
+      return out;
+    });
+    expect(await got.promise).toEqual({ id: ids[2], coalesced: 3 });
+    await vi.waitFor(async () => expect((await v.events()).every((e) => e.fanned)).toBe(true));
+    expect((await v.events()).map((e) => e.delivered_inline)).toEqual([null, null, ['latest']]);
+    expect(await v.jobs()).toEqual([]);
+  });
+
+  test('webhook jobs made by an inline round are queued once it commits', async () => {
+    const bus = await testBus(target, events, { relay: { inlineMs: 50 }, webhooks: { allowPrivateNetworks: true, enabled: false } });
+    const v = views(target, bus.schema);
+    const ran = deferred();
+    bus.on('order.created', 'ship', () => ran.resolve());
+    await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'] });
+    await bus.start();
+    const [id] = await recordAll(bus, [1]);
+    await ran.promise;
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => [j.event_id, j.target.length > 0, j.state])).toEqual([[id, true, 'available']]));
+    expect((await v.events())[0]!.delivered_inline).toEqual(['ship']);
+  });
+
+  test('stop() ends a round\'s wait at once: a delivery still running keeps its row and is handled by the worker\'s stop', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 10_000 } });
+    const v = views(target, bus.schema);
+    const started = deferred();
+    bus.on('order.created', 'slow', async (_e, ctx) => {
+      started.resolve();
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+    });
+    await bus.start();
+    await recordAll(bus, [1]);
+    await started.promise;
+    const t0 = performance.now();
+    await bus.stop({ timeoutMs: 200 });
+    // Not the round's 10 s: the wait ended, the row was written, then the worker's stop aborted the run.
+    expect(performance.now() - t0).toBeLessThan(5000);
+    const [job] = await v.jobs();
+    expect(job).toMatchObject({ target: 'slow', state: 'retryable', attempt: 0, errors: 1 });
+    expect((await v.events())[0]).toMatchObject({ fanned: true, delivered_inline: null });
+  });
+
   test('by default (relay.inlineMs 0) every delivery has its job row', async () => {
     const bus = await testBus(target, events);
     const v = views(target, bus.schema);

@@ -51,6 +51,9 @@ const inlineIdleLimitMs = (inlineMs: number) => Math.max(10_000, inlineMs * 10);
 export class Relay {
   private readonly loop: PollLoop;
   private readonly drainers = new Set<Promise<void>>();
+  /** Inline rounds waiting for their deliveries; stop() ends their waits. */
+  private readonly waiting = new Set<InlineRound>();
+  private stopping = false;
   private running = false;
   /** The last round was full and queued jobs: no hand-off until a round is not full. */
   private backlogged = false;
@@ -82,6 +85,7 @@ export class Relay {
 
   start(): void {
     this.running = true;
+    this.stopping = false;
     this.loop.start();
   }
 
@@ -91,6 +95,8 @@ export class Relay {
 
   async stop(): Promise<void> {
     this.running = false;
+    this.stopping = true;
+    for (const round of this.waiting) round.stopWaiting();
     await this.loop.stop();
     await Promise.all(this.drainers);
   }
@@ -158,7 +164,13 @@ export class Relay {
         handOff.acceptHandOff(reservation, []);
         reserved = false;
         round = handOff.startInline(r.inline);
-        await round.wait(this.options.inlineMs);
+        if (this.stopping) round.stopWaiting();
+        this.waiting.add(round);
+        try {
+          await round.wait(this.options.inlineMs);
+        } finally {
+          this.waiting.delete(round);
+        }
         const { rows, delivered } = handOff.closeInline(round);
         converted = rows;
         // The statement marked every inline delivery done; correct the events of those that were not.

@@ -52,9 +52,17 @@ export class InlineRound {
     }
   }
 
-  /** Resolves once every job has an outcome, or after ms. */
+  private cut = false;
+
+  /** End the wait now (the relay is stopping): the jobs still running keep running, with rows. */
+  stopWaiting(): void {
+    this.cut = true;
+    this.wake?.();
+  }
+
+  /** Resolves once every job has an outcome, or after ms, or at stopWaiting(). */
   wait(ms: number): Promise<void> {
-    if (this.outcomes.size === this.jobs.size) return Promise.resolve();
+    if (this.cut || this.outcomes.size === this.jobs.size) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const timer = setTimeout(done, ms);
       function done() {
