@@ -133,7 +133,7 @@ export const rea: System = {
  * `one` resolves right after that commit.
  */
 export async function reaLatencyBus(schema: string, concurrency: number, onJob: (seq: number) => void) {
-  const bus = await makeBus(schema, { worker: { concurrency } });
+  const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: REA_INLINE_MS } });
   bus.on(REA_TYPE, HANDLER, async (event: any) => {
     onJob(event.payload.seq);
   }, { concurrency });
