@@ -4,7 +4,8 @@
 // that does not commit stores nothing, so its events are delivered again.
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { createBus, defineEvents, OptionsError } from '../src/index.js';
+import { createAdminHandler, createBus, defineEvents, OptionsError } from '../src/index.js';
+import { bearer, call, login, serve, TOKEN } from './helpers/admin.js';
 import { postgresTarget, pgliteTarget, quickBackoff, testBus, type Target } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
@@ -58,6 +59,14 @@ describe('inline delivery on postgres', () => {
     expect(completed.filter((c) => c.handler === 'ship')).toHaveLength(3);
     expect(shipped.value).toBe(3);
     expect(audited.value).toBe(3);
+
+    // The API and the panel say who received the event inline.
+    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+    const api = await call(s.url, 'GET', `/api/events/${ids[0]}`, { headers: bearer() });
+    expect(api.json.event.deliveredInline).toEqual(['ship']);
+    expect(api.json.jobs.map((j: { target: string }) => j.target)).toEqual(['audit']);
+    const page = await call(s.url, 'GET', `/events/${ids[0]}`, { headers: { cookie: await login(s.url) } });
+    expect(page.text).toMatch(/Delivered inline<\/dt><dd><code>ship<\/code>/);
   });
 
   test('an inline delivery that fails gets a retryable row with its error, and the retry runs from the queue', async () => {
