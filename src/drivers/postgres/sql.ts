@@ -60,7 +60,7 @@ ${handOff ? /* sql */ `), offered as (
 ` : /* sql */ `), handed as (
   select p.*, false as mine, false as offered_inline from picked p
 `}${inline ? /* sql */ `), inline_jobs as (
-  select nextval(pg_get_serial_sequence('${s}.jobs', 'id')) as id, event_id, name as target, max_attempts,
+  select nextval((select pg_get_serial_sequence('${s}.jobs', 'id'))::regclass) as id, event_id, name as target, max_attempts,
          offered_lease_ms as lease_ms, priority, coalesced
   from handed where mine and offered_inline
 ), inline_names as materialized (
