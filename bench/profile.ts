@@ -1,6 +1,7 @@
 // Where rea's figure-1 work goes in the database: the three statements every job passes through
-// (the relay's fan-out, the worker's claim, the batched completion), each run alone in rounds of
-// 200 over N pre-recorded events, timed and charged with the server's CPU per row. The numbers the
+// by default (the relay's fan-out, the worker's claim, the batched completion), and the one an
+// inline round runs instead of all three (relay.inlineMs), each run alone in rounds of 200 over N
+// pre-recorded events, timed and charged with the server's CPU per row. The numbers the
 // README's "why is figure 1 where it is" points at; EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of
 // each is printed with `--explain`.
 import pg from 'pg';
@@ -10,7 +11,7 @@ import { serverCpuSeconds } from './lib/server-cpu.js';
 import { makeBus, REA_TYPE } from './rea.js';
 
 export interface StatementCost {
-  statement: 'fan-out' | 'claim' | 'complete';
+  statement: 'fan-out' | 'claim' | 'complete' | 'inline-fan-out';
   rows: number;
   wallUsPerRow: number;
   serverCpuUsPerRow: number | null;
@@ -76,6 +77,29 @@ export async function profileStatements(schema: string, n: number, explain = fal
     });
     const left = await c.query(`select count(*)::int as n from "${schema}".jobs where state <> 'completed'`);
     if (out[0]!.rows !== n || left.rows[0].n !== 0) throw new Error(`profile: fanned ${out[0]!.rows} of ${n}; ${left.rows[0].n} jobs not completed`);
+
+    // The same events unfanned again, for an inline round: one statement in its transaction, no
+    // job row (every inline delivery is taken to succeed, as in figure 1, so no finishing statement).
+    await c.query(`update "${schema}".events set fanned_out_at = null`);
+    await c.query(`vacuum analyze "${schema}".events`);
+    const inline = {
+      name: 'p_inline', text: sql.eventFanOutInline,
+      values: [ROUND, null, 18, 30_000, 300_000, 'profile', ['noop'], [ROUND], ROUND, [35_000], [true], '10000'],
+    };
+    if (explain) {
+      await c.query('begin');
+      const r = await c.query(`explain (analyze, buffers, wal) ${inline.text}`, inline.values);
+      await c.query('rollback');
+      console.error(`--- EXPLAIN inline fan-out\n${r.rows.map((x) => x['QUERY PLAN']).join('\n')}`);
+    }
+    await measure('inline-fan-out', async () => {
+      await c.query('begin');
+      const r = await c.query(inline);
+      await c.query('commit');
+      return r.rows[0].event_ids ? (r.rows[0].event_ids as string).split(',').length : 0;
+    });
+    const inlined = await c.query(`select count(*)::int as n from "${schema}".events where 'noop' = any (delivered_inline)`);
+    if (inlined.rows[0].n !== n) throw new Error(`profile: ${inlined.rows[0].n} of ${n} events delivered inline`);
   } finally {
     await c.end();
     await dropSchema(schema);
