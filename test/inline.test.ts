@@ -31,6 +31,19 @@ async function recordAll(bus: Awaited<ReturnType<typeof testBus<typeof events.sc
   });
 }
 
+/** Two events to one plain handler: each delivery ends as a completed job row, none inline. */
+async function expectJobRowsForAll(target: Target, options: { relay?: { inlineMs: number } }) {
+  const bus = await testBus(target, events, options);
+  const v = views(target, bus.schema);
+  const ran = counter(2);
+  bus.on('order.created', 'ship', () => ran.tick());
+  await bus.start();
+  await recordAll(bus, [1, 2]);
+  await ran.done;
+  await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed', 'completed']));
+  expect((await v.events()).map((e) => e.delivered_inline)).toEqual([null, null]);
+}
+
 describe('inline delivery on postgres', () => {
   const test = it.skipIf(!postgresTarget.available);
   const target = postgresTarget;
@@ -208,29 +221,13 @@ describe('inline delivery on postgres', () => {
   });
 
   test('by default (relay.inlineMs 0) every delivery has its job row', async () => {
-    const bus = await testBus(target, events);
-    const v = views(target, bus.schema);
-    const ran = counter(2);
-    bus.on('order.created', 'ship', () => ran.tick());
-    await bus.start();
-    await recordAll(bus, [1, 2]);
-    await ran.done;
-    await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed', 'completed']));
-    expect((await v.events()).map((e) => e.delivered_inline)).toEqual([null, null]);
+    await expectJobRowsForAll(target, {});
   });
 });
 
 describe('inline delivery elsewhere', () => {
   it('PGlite (one connection) never holds a round open: deliveries have job rows', async () => {
-    const bus = await testBus(pgliteTarget, events, { relay: { inlineMs: 50 } });
-    const v = views(pgliteTarget, bus.schema);
-    const ran = counter(2);
-    bus.on('order.created', 'ship', () => ran.tick());
-    await bus.start();
-    await recordAll(bus, [1, 2]);
-    await ran.done;
-    await vi.waitFor(async () => expect((await v.jobs()).map((j) => j.state)).toEqual(['completed', 'completed']));
-    expect((await v.events()).map((e) => e.delivered_inline)).toEqual([null, null]);
+    await expectJobRowsForAll(pgliteTarget, { relay: { inlineMs: 50 } });
   });
 
   it('relay.inlineMs must be a whole number of ms from 0 to 10 000', () => {
