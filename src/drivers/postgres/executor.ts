@@ -63,10 +63,11 @@ export class PostgresExecutor implements Executor {
     }));
     const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
     if (!inline) return { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
-    const inlineJobs = (row.inline_jobs as Row[]).map((r): InlineJob => ({
-      id: r.id, kind: 'handler', target: r.target, attempt: 1, maxAttempts: r.max_attempts, coalesced: r.coalesced,
-      event: events.get(r.event_id)!, eventFound: true, leaseMs: r.lease_ms, priority: r.priority,
-    }));
+    const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
+    const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
+      const [maxAttempts, leaseMs, priority] = perTarget[target]!;
+      return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: events.get(eventId)!, eventFound: true, leaseMs, priority };
+    });
     return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
   }
 

@@ -112,10 +112,12 @@ ${handOff ? /* sql */ `), offered as (
 )
 -- The ids as one comma-separated text: cheaper to split than a text[] to parse (200 per round).
 select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,${inline ? /* sql */ `
-       (select coalesce(json_agg(json_build_object(
-           'id', j.id::text, 'target', j.target, 'max_attempts', j.max_attempts, 'lease_ms', j.lease_ms,
-           'priority', j.priority, 'coalesced', j.coalesced, 'event_id', j.event_id::text) order by j.id), '[]'::json)
+       -- Inline jobs as [id, event_id, target, coalesced]; what is the same for all jobs of a
+       -- handler (max_attempts, lease_ms, priority) once per handler, in inline_targets.
+       (select coalesce(json_agg(json_build_array(j.id::text, j.event_id, j.target, j.coalesced) order by j.id), '[]'::json)
         from inline_jobs j) as inline_jobs,
+       (select json_object_agg(t.target, json_build_array(t.max_attempts, t.lease_ms, t.priority))
+        from (select distinct target, max_attempts, lease_ms, priority from inline_jobs) t) as inline_targets,
        -- The round's transaction waits for the worker: should this process freeze, the server
        -- ends it after $12 ms idle, and the events go to another process.
        (select set_config('idle_in_transaction_session_timeout', $12::text, true)) as idle_limit,` : ''}
@@ -130,8 +132,10 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
        (select coalesce(json_agg(json_build_object(
            'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
            'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
-        from claimed c
-        where c.id = any (array(select i.event_id from inserted i where i.state = 'running'${inline ? ' union all select j.event_id from inline_jobs j' : ''}))) as handed_events`;
+        from claimed c${inline ? ', inline_names n' : ''}
+        -- Inline events by a key lookup in inline_names: \`= any\` of their ids would compare every
+        -- claimed event with every inline job, 200 × 200 a round.
+        where ${inline ? 'coalesce(n.m ? c.id::text, false) or ' : ''}c.id = any (array(select i.event_id from inserted i where i.state = 'running'))) as handed_events`;
   };
 
   return {
