@@ -1,7 +1,8 @@
 // An inline round: handler jobs a relay round gave this process's worker without inserting them.
-// The round's transaction stays open (its events locked, not yet marked fanned) while the worker
-// runs them, for at most the round's wait. A job that succeeds in that time never gets a row; the
-// others get theirs when the round ends (eventInlineFinish), and from then on take the usual path.
+// The round's transaction stays open (its events locked, marked fanned and delivered to these jobs'
+// handlers, none of it committed) while the worker runs them, for at most the round's wait. A job
+// that succeeds in that time never gets a row; the others get theirs when the round ends
+// (eventInlineFinish, which also takes them off their events), and then take the usual path.
 // Should the round's transaction fail, nothing of it was stored: its events are delivered again.
 import type { InlineJob, JobFailure } from '../driver/types.js';
 
@@ -26,6 +27,8 @@ export class InlineRound {
   /** Outcomes that came while closing, for the usual path once the round committed. */
   readonly late: { job: InlineJob; outcome: InlineOutcome }[] = [];
   private wake: (() => void) | undefined;
+  /** stopWaiting() was called: wait() returns at once. */
+  private cut = false;
 
   constructor(jobs: readonly InlineJob[]) {
     this.jobs = new Map(jobs.map((j) => [j.id, j]));
@@ -51,8 +54,6 @@ export class InlineRound {
         return 'void';
     }
   }
-
-  private cut = false;
 
   /** End the wait now (the relay is stopping): the jobs still running keep running, with rows. */
   stopWaiting(): void {
