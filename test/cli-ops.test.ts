@@ -60,11 +60,14 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
 
     const requeue = await rea('events', 'requeue', '--database-url', PG_URL, '--schema', s, '--poisoned');
     expect(requeue.out).toBe(`requeued 1 event:\n  ${id}`);
+    expect(requeue.code).toBe(0);
     const clear = await rea('status', '--database-url', PG_URL, '--schema', s, '--check');
     expect(clear.out.split('\n')[0]).toBe('alerts   none');
     expect(clear.code).toBe(0);
     const again = await rea('events', 'requeue', '--database-url', PG_URL, '--schema', s, id!);
     expect(again.out).toBe(`requeued 0 events\nleft alone 1 (not poisoned, or no such event):\n  ${id}`);
+    // An id the command was given and did not requeue fails the command, for scripts.
+    expect(again.code).toBe(1);
   });
 
   it('retention run --dry-run says what it would remove and removes nothing; run removes it', async () => {
@@ -109,15 +112,21 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
       `  left alone ${completed}: completed: only discarded or cancelled jobs are retried`,
       '  left alone 999999: no such job',
     ].join('\n'));
+    expect(retry.code).toBe(1);
 
     const cancel = await rea('jobs', 'cancel', '--database-url', PG_URL, '--schema', s, available!, running!, discarded!);
     expect(cancel.out).toBe([
       `cancelled 2 jobs: ${discarded}, ${available}`,
       `  left alone ${running}: running: its handler may already have acted; let it finish`,
     ].join('\n'));
+    expect(cancel.code).toBe(1);
+    const cancelAgain = await rea('jobs', 'cancel', '--database-url', PG_URL, '--schema', s, available!, '--json');
+    expect(JSON.parse(cancelAgain.out)).toEqual({ action: 'cancelled', changed: [], unchanged: [{ id: available, reason: 'cancelled: only waiting jobs are cancelled' }] });
+    expect(cancelAgain.code).toBe(1);
 
-    const byState = JSON.parse((await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, '--cancelled', '--json')).out);
-    expect(byState).toEqual({ action: 'retried', changed: [discarded, available], unchanged: [] });
+    const byStateRun = await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, '--cancelled', '--json');
+    expect(JSON.parse(byStateRun.out)).toEqual({ action: 'retried', changed: [discarded, available], unchanged: [] });
+    expect(byStateRun.code).toBe(0);
 
     const bad = vi.spyOn(console, 'error').mockImplementation(() => {});
     await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s);

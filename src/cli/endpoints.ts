@@ -7,6 +7,7 @@ import { NotFoundError, OptionsError } from '../core/errors.js';
 import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/webhook/endpoints.js';
 import type { EndpointState } from '../driver/webhooks.js';
 import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
+import { EXIT_FAILED } from './exit-codes.js';
 
 interface Flags extends ConnectionFlags {
   json?: boolean;
@@ -169,7 +170,7 @@ export function endpointsCommand(): Command {
           if (r.responseExcerpt) console.log(`response: ${printable(r.responseExcerpt.slice(0, 200))}`);
           console.log(`webhook-id ${r.webhookId}`);
         }
-        if (r.outcome !== 'success') process.exitCode = 1;
+        if (r.outcome !== 'success') process.exitCode = EXIT_FAILED;
       }),
   );
 

@@ -4,6 +4,7 @@ import { Command } from 'commander';
 import { OptionsError } from '../core/errors.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { EXIT_FAILED } from './exit-codes.js';
 import { eventsListCommand } from './lists.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -26,6 +27,8 @@ export function eventsCommand(): Command {
       const requeued = await withAdminBus(flags, (bus) => bus.events.requeue(flags.poisoned ? { poisoned: true } : ids));
       const outcome: RequeueOutcome = { requeued, unchanged: ids.filter((id) => !requeued.includes(id.toLowerCase())) };
       console.log(flags.json ? JSON.stringify(outcome) : formatRequeue(outcome));
+      // A script that names events learns from the status whether each was requeued.
+      if (outcome.unchanged.length > 0) process.exitCode = EXIT_FAILED;
     });
   return new Command('events').description('list and repair events').addCommand(eventsListCommand()).addCommand(requeue);
 }

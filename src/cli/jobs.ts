@@ -6,6 +6,7 @@ import { OptionsError } from '../core/errors.js';
 import type { EventSchemas } from '../core/events.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { EXIT_FAILED } from './exit-codes.js';
 import { jobsListCommand } from './lists.js';
 
 export interface JobRepairOutcome {
@@ -55,6 +56,8 @@ export function jobsCommand(): Command {
         return { action: 'retried', changed, unchanged: await explain(bus, ids, changed, 'retried') };
       });
       console.log(flags.json ? JSON.stringify(outcome) : formatJobRepair(outcome));
+      // A script that names jobs learns from the status whether each was changed (the output says why not).
+      if (outcome.unchanged.length > 0) process.exitCode = EXIT_FAILED;
     });
   const cancel = addConnectionFlags(new Command('cancel').description('cancel waiting jobs (available or retryable)'))
     .argument('<ids...>', 'job ids to cancel')
@@ -66,6 +69,8 @@ export function jobsCommand(): Command {
         return { action: 'cancelled', changed, unchanged: await explain(bus, ids, changed, 'cancelled') };
       });
       console.log(flags.json ? JSON.stringify(outcome) : formatJobRepair(outcome));
+      // A script that names jobs learns from the status whether each was changed (the output says why not).
+      if (outcome.unchanged.length > 0) process.exitCode = EXIT_FAILED;
     });
   return new Command('jobs').description('list and repair jobs').addCommand(jobsListCommand()).addCommand(retry).addCommand(cancel);
 }

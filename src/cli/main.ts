@@ -15,9 +15,9 @@ import { retentionCommand } from './retention.js';
 import { runCommand } from './run.js';
 import { statusCommand } from './status.js';
 
-/** Exit codes: 1 when the work failed (the database, a failed check), 2 when the command line was wrong. */
-export const EXIT_FAILED = 1;
-export const EXIT_USAGE = 2;
+import { EXIT_FAILED, EXIT_USAGE } from './exit-codes.js';
+
+export { EXIT_FAILED, EXIT_USAGE };
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 

@@ -5,6 +5,7 @@ import { formatMs } from '../admin/alerts.js';
 import type { Overview } from '../bus.js';
 import { formatBytes } from '../core/format.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
+import { EXIT_FAILED } from './exit-codes.js';
 import { withAdminBus } from './admin-bus.js';
 
 export function statusCommand(): Command {
@@ -14,7 +15,7 @@ export function statusCommand(): Command {
     .action(async (flags: ConnectionFlags & { json?: boolean; check?: boolean }) => {
       const overview = await withAdminBus(flags, (bus) => bus.overview());
       console.log(flags.json ? JSON.stringify(overview) : formatOverview(overview));
-      if (flags.check && overview.alerts.length > 0) process.exitCode = 1;
+      if (flags.check && overview.alerts.length > 0) process.exitCode = EXIT_FAILED;
     });
 }
 
