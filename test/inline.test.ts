@@ -220,6 +220,40 @@ describe('inline delivery on postgres', () => {
     expect((await v.events())[0]).toMatchObject({ fanned: true, delivered_inline: null });
   });
 
+  test('an idle relay asks with one statement whether there is an event, opening no transaction; the next event is still delivered inline', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50, minPollMs: 2, maxPollMs: 10 } });
+    const v = views(target, bus.schema);
+    const shipped = counter(1);
+    bus.on('order.created', 'ship', () => shipped.tick());
+    const probes = vi.spyOn(bus.driver.executor, 'eventClaimable');
+    const rounds = vi.spyOn(bus.driver.executor, 'eventFanOut');
+    await bus.start();
+    await vi.waitFor(() => expect(probes.mock.calls.length).toBeGreaterThanOrEqual(5));
+    expect(rounds).not.toHaveBeenCalled();
+
+    const [id] = await recordAll(bus, [1]);
+    await shipped.done;
+    await vi.waitFor(async () => expect((await v.events()).map((e) => [e.id, e.fanned, e.delivered_inline])).toEqual([[id, true, ['ship']]]));
+    expect(await v.jobs()).toEqual([]);
+    expect(rounds).toHaveBeenCalled();
+  });
+
+  test('the idle probe does not count an event another round holds locked', async () => {
+    const bus = await testBus(target, events, { relay: { inlineMs: 50 } });
+    const s = bus.schema;
+    expect(await bus.driver.executor.eventClaimable()).toBe(false);
+    const [id] = await recordAll(bus, [1]);
+    expect(await bus.driver.executor.eventClaimable()).toBe(true);
+    // Another process's open round: the event is locked until its transaction ends.
+    await bus.transaction(async (tx) => {
+      await tx.query(`select id from "${s}".events where id = $1 for update`, [id]);
+      expect(await bus.driver.executor.eventClaimable()).toBe(false);
+    });
+    expect(await bus.driver.executor.eventClaimable()).toBe(true);
+    await target.query(`update "${s}".events set fanned_out_at = now() where id = $1`, [id]);
+    expect(await bus.driver.executor.eventClaimable()).toBe(false);
+  });
+
   test('by default (relay.inlineMs 0) every delivery has its job row', async () => {
     await expectJobRowsForAll(target, {});
   });

@@ -233,6 +233,8 @@ export interface Executor {
     /** Inline rounds: the server ends the transaction after it sat idle this long (a frozen process). */
     inlineIdleLimitMs?: number;
   }): Promise<FanOutResult>;
+  /** Whether some unfanned, unpoisoned event is not locked by another round (inline rounds after an empty one ask first). */
+  eventClaimable(): Promise<boolean>;
   /**
    * End an inline round whose deliveries did not all succeed, in the transaction of its
    * eventFanOut: set each given event's delivered_inline to the handlers that did receive it, and

@@ -57,6 +57,8 @@ export class Relay {
   private running = false;
   /** The last round was full and queued jobs: no hand-off until a round is not full. */
   private backlogged = false;
+  /** The last round found no event (or none ran yet): the next inline round first asks whether there is one. */
+  private empty = true;
 
   constructor(
     private readonly driver: Driver,
@@ -122,7 +124,20 @@ export class Relay {
   async round(): Promise<'full' | 'some' | 'none'> {
     const inline = this.options.inlineMs > 0 && this.driver.capabilities.inlineDelivery && this.deps.handOff !== undefined && 'startInline' in this.deps.handOff;
     const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined;
-    if (reservation?.targets.some((t) => t.inline)) return this.inlineRound(reservation);
+    if (reservation?.targets.some((t) => t.inline)) {
+      // An idle relay polls: one round trip to learn there is nothing, not an empty transaction.
+      if (this.empty) {
+        const claimable = await this.driver.executor.eventClaimable().catch((err: unknown) => {
+          this.deps.handOff!.acceptHandOff(reservation, []);
+          throw err;
+        });
+        if (!claimable) {
+          this.deps.handOff!.acceptHandOff(reservation, []);
+          return 'none';
+        }
+      }
+      return this.inlineRound(reservation);
+    }
     let result: FanOutResult;
     try {
       result = await this.driver.executor.eventFanOut(this.driver, {
@@ -203,6 +218,7 @@ export class Relay {
   }
 
   private outcome(fanned: number): 'full' | 'some' | 'none' {
+    this.empty = fanned === 0;
     if (fanned >= this.options.batchSize) return 'full';
     return fanned > 0 ? 'some' : 'none';
   }

@@ -34,6 +34,11 @@ export class PostgresExecutor implements Executor {
     ]);
   }
 
+  async eventClaimable(): Promise<boolean> {
+    const { rows } = await this.pool.query<{ claimable: boolean }>(this.sql.eventClaimable);
+    return rows[0]!.claimable;
+  }
+
   async eventFanOut(q: Queryable, p: {
     limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff; inlineIdleLimitMs?: number;
   }): Promise<FanOutResult> {

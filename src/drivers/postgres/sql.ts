@@ -150,6 +150,17 @@ values ($1, $2, $3, $4::jsonb, $5, $6, $7)`,
 insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
 select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
 
+    // Before an inline round that follows an empty one: is there an event it could claim? One
+    // round trip, where an inline round is three (BEGIN, the statement, COMMIT). It locks what it
+    // finds for this statement only, so events another process's open round holds do not count.
+    eventClaimable: /* sql */ `
+select exists (
+  select 1 from ${s}.events
+  where fanned_out_at is null and poisoned_at is null
+  limit 1
+  for update skip locked
+) as claimable`,
+
     eventFanOut: fanOut('', 'plain'),
     eventFanOutHandOff: fanOut('', 'handOff'),
     eventFanOutInline: fanOut('', 'inline'),
