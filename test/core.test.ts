@@ -31,3 +31,29 @@ describe.each(targets)('core on $name', (target) => {
     expect(jobs.map((j) => [j.target, j.state, j.attempt]).sort()).toEqual([['mailer', 'completed', 1], ['warehouse', 'completed', 1]]);
   });
 });
+
+describe('PollLoop', () => {
+  it('tells a round whether wake() asked for it or the timer did', async () => {
+    const { PollLoop } = await import('../src/core/poll.js');
+    const seen: boolean[] = [];
+    let wokenRound: () => void = () => {};
+    const woke = new Promise<void>((r) => (wokenRound = r));
+    const loop = new PollLoop({
+      minMs: 5, maxMs: 5,
+      round: async ({ woken }) => {
+        seen.push(woken);
+        if (woken) wokenRound();
+        return 'none';
+      },
+      onError: (err) => { throw err; },
+    });
+    loop.start();
+    while (seen.length < 3) await new Promise((r) => setTimeout(r, 5));
+    loop.wake();
+    await woke;
+    await loop.stop();
+    const firstWoken = seen.indexOf(true);
+    expect(seen.slice(0, 3)).toEqual([false, false, false]);
+    expect(firstWoken).toBeGreaterThanOrEqual(3);
+  });
+});

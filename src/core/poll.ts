@@ -4,8 +4,11 @@
 export interface PollLoopOptions {
   minMs: number;
   maxMs: number;
-  /** One round; returns 'full' to run again at once, 'some' when it found work, 'none' when idle. */
-  round: () => Promise<'full' | 'some' | 'none'>;
+  /**
+   * One round; returns 'full' to run again at once, 'some' when it found work, 'none' when idle.
+   * `woken`: wake() asked for this round (there is likely work), rather than the timer.
+   */
+  round: (context: { woken: boolean }) => Promise<'full' | 'some' | 'none'>;
   onError: (err: unknown) => void;
 }
 
@@ -42,10 +45,11 @@ export class PollLoop {
 
   private async loop(): Promise<void> {
     while (this.running) {
+      const woken = this.wakeRequested;
       this.wakeRequested = false;
       let outcome: 'full' | 'some' | 'none' = 'none';
       try {
-        outcome = await this.options.round();
+        outcome = await this.options.round({ woken });
       } catch (err) {
         this.options.onError(err);
         // Back off on errors, as when idle: a database that is down should not be hammered.

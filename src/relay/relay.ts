@@ -73,8 +73,8 @@ export class Relay {
     this.loop = new PollLoop({
       minMs: options.minPollMs,
       maxMs: options.maxPollMs,
-      round: async () => {
-        const outcome = await this.round();
+      round: async ({ woken }) => {
+        const outcome = await this.round({ woken });
         if (outcome === 'full') this.spawnDrainers();
         return outcome;
       },
@@ -120,13 +120,14 @@ export class Relay {
     }
   }
 
-  /** One round; exposed for tests and the CLI. */
-  async round(): Promise<'full' | 'some' | 'none'> {
+  /** One round; exposed for tests and the CLI. `woken`: a wake-up (a commit was seen) asked for it. */
+  async round({ woken = false }: { woken?: boolean } = {}): Promise<'full' | 'some' | 'none'> {
     const inline = this.options.inlineMs > 0 && this.driver.capabilities.inlineDelivery && this.deps.handOff !== undefined && 'startInline' in this.deps.handOff;
     const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined;
     if (reservation?.targets.some((t) => t.inline)) {
       // An idle relay polls: one round trip to learn there is nothing, not an empty transaction.
-      if (this.empty) {
+      // A wake-up says a commit just recorded events, so that round goes straight to them.
+      if (this.empty && !woken) {
         const claimable = await this.driver.executor.eventClaimable().catch((err: unknown) => {
           this.deps.handOff!.acceptHandOff(reservation, []);
           throw err;
