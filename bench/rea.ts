@@ -2,6 +2,7 @@
 // start, stop. Loaded lazily so the harness still runs the peers and the physical limit while the
 // bus is being written; figures for rea are then reported as skipped with the reason.
 import type pg from 'pg';
+import { compiledReaEntry } from './lib/compile.js';
 import { adminPool, DATABASE_URL } from './lib/env.js';
 import type { Producer, RunningWorker, System } from './lib/system.js';
 
@@ -18,7 +19,9 @@ let apiError = '';
 export async function reaApi(): Promise<Api | null> {
   if (api !== undefined) return api;
   try {
-    const mod: any = await import('../src/index.js');
+    // The harness itself runs under tsx; its rea is the tsc build (see lib/compile.ts). The
+    // compiled worker child, already plain JavaScript, imports the build next to it.
+    const mod: any = import.meta.url.endsWith('.ts') ? await import(compiledReaEntry()) : await import('../src/index.js');
     if (typeof mod.createBus !== 'function' || typeof mod.defineEvents !== 'function') {
       apiError = 'src/index.ts does not export createBus and defineEvents yet';
       api = null;

@@ -160,6 +160,8 @@ function systemsFor(figure: Figure): System[] {
 async function main() {
   const started = new Date();
   await ensureDatabase();
+  log('compiling rea and the figure-1 worker child (tsc → bench/.build)');
+  compiledWorkerChild();
   for (const s of SYSTEMS) {
     const why = await s.unavailable();
     if (why) {
@@ -168,10 +170,6 @@ async function main() {
     }
   }
 
-  if (figures.includes('throughput')) {
-    log('compiling the figure-1 worker child (tsc → bench/.build)');
-    compiledWorkerChild();
-  }
   log(`${quick ? 'QUICK' : 'full'} run: figures ${figures.join(', ')}; ${reps} repetition(s)`);
   for (let rep = 1; rep <= reps; rep++) {
     for (const figure of figures) {
@@ -345,10 +343,11 @@ function targetsOf(series: Series[]): Target[] {
 
 const NOTES = [
   'Every system runs on a fresh schema of the same database for every figure and repetition; the schema is dropped right after.',
+  'rea runs as compiled JavaScript in every figure, as in production: tsc compiles src/ and bench/ into bench/.build/ at the start of the run, the harness (itself under tsx) imports that build, and the figure-1 children run it under plain node. Under the tsx loader rea\'s own files would be transformed in memory (esbuild wraps each named function in a __name call), and the peers\' published JavaScript would not.',
   'Figure 1: jobs are enqueued with each system\'s bulk API before the worker starts (rea: recordMany of 500, unfanned, so the relay\'s fan-out is inside the measurement). The worker runs in a child process; the clock runs from just before the worker is started until every handler has run and the database shows no unfinished job (graphile: no row left in _private_jobs; pg-boss: every job `completed`; rea: no unfanned event and no job available/running/retryable). The run fails unless every job ran exactly once (a per-seq counter, checked again 250 ms after the end) and, where the system keeps them, the database shows exactly N completed (rea: completed job rows plus events naming the handler in delivered_inline).',
   'Figure 1, where the time goes: `server_cpu_per_job` is the PostgreSQL server\'s CPU (all its processes, from /proc) per job while the worker ran; it varies far less than the rates with the machine\'s load. `worker_cpu_per_job` is the worker process\'s own CPU (user + system, process.cpuUsage) per job. `profile_*` runs rea\'s statements alone over the same 20 000 events in rounds of 200 (bench/profile.ts): the three every job passes through by default (the relay\'s fan-out, the worker\'s claim, the batched completion) and `profile_inlinefanout`, the one statement (in its own transaction) an inline round runs instead of all three; wall and server CPU per row. `npm run bench -- --only=throughput --explain` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of each (and `--only=claim --explain` of one figure-6 round on each side).',
   `rea: worker concurrency 8, relay.inlineMs ${REA_INLINE_MS} (inline delivery, as the README advises for throughput; off by default), other options at their defaults, in figures 1, 2 and 7. graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.`,
-  'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system and runs as compiled JavaScript under plain node (tsc compiles src/ and bench/ into bench/.build/ at the start of the run), as in production: under the tsx loader rea\'s own files were transformed in memory and the peers\' published JavaScript was not. `rss_growth_while_working` is peak minus the RSS just before the worker started.',
+  'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system, under plain node. `rss_growth_while_working` is peak minus the RSS just before the worker started.',
   'Figure 2: producer and worker in one process (one clock). A job is sent every 5 ms on a fixed grid, each in its own transaction on one of 8 connections (rea: bus.transaction + record); latency = handler start − the moment COMMIT returned. The peers use the same configuration as figure 1.',
   'Figure 3: single = BEGIN, enqueue one job, COMMIT, back to back on 8 connections (graphile: add_job SQL; pg-boss: send() on the caller\'s client; rea: record() on the caller\'s client), alternated in chunks with figure 5\'s plain transaction on the same connections (`enqueue_plain_alongside`); target 3 is judged on single ÷ that plain rate (`record_single_vs_plain`), measured at the same moment. Batched = one transaction per 500 jobs (graphile add_jobs, pg-boss insert, rea recordMany), 8 connections.',
   'Figure 4: BEGIN, insert an order row, COMMIT vs the same with record() before COMMIT, 8 connections, alternated in chunks; ratio = tx/s alone ÷ tx/s with record. Alternated with them, two floors with no rea at all: the same transaction plus one more plain row (into a copy of the orders table) as its own statement (the shape of record() on the caller\'s client, one more round trip), and the same row sent with COMMIT in one simple query (the shape of bus.transaction). A ratio near its floor means rea adds little beyond what one more row costs PostgreSQL on this machine.',
