@@ -258,6 +258,27 @@ describe('inline delivery on postgres', () => {
     expect(await bus.driver.executor.eventClaimable()).toBe(false);
   });
 
+  test('a process that freezes mid-round has its round ended by the server after 10 s idle: nothing of it is stored, and the event is delivered again', async () => {
+    const bus = await testBus(target, events, { instanceId: 'frozen', relay: { inlineMs: 50 } });
+    const v = views(target, bus.schema);
+    const deliveries = counter(2);
+    bus.on('order.created', 'ship', () => {
+      deliveries.tick();
+      // The first delivery blocks the whole process (a CPU-bound bug, a debugger pause), longer
+      // than the 10 s the round's transaction may sit idle on the server.
+      if (deliveries.value === 1) {
+        const until = Date.now() + 10_500;
+        while (Date.now() < until);
+      }
+    });
+    await bus.start();
+    const [id] = await recordAll(bus, [1]);
+    await deliveries.done;
+    await vi.waitFor(async () => expect((await v.events()).map((e) => [e.id, e.fanned, e.delivered_inline])).toEqual([[id, true, ['ship']]]), { timeout: 10_000 });
+    expect(deliveries.value).toBe(2);
+    expect(await v.jobs()).toEqual([]);
+  }, 40_000);
+
   test('by default (relay.inlineMs 0) every delivery has its job row', async () => {
     await expectJobRowsForAll(target, {});
   });

@@ -65,11 +65,14 @@ export function notifyChannel(schema: string): string {
 // Not 57014 (query_canceled): a statement_timeout cancels the same statement again when it is
 // retried as it was, so a relay batch that hits it is tried row by row and a row that always
 // does is poisoned, instead of stalling the relay.
-const TRANSIENT_CODES = new Set(['40001', '40P01', '53300', '53400', '55P03', '57P01', '57P02', '57P03', '58000', '58030']);
+const TRANSIENT_CODES = new Set(['40001', '40P01', '53300', '53400', '55P03', '57P01', '57P02', '57P03', '58000', '58030', '25P03', '57P05']);
 const TRANSIENT_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH']);
 
-/** Server codes that mean no usable connection: shutting down, crashed, starting up, full. */
-const CONNECTION_CODES = new Set(['53300', '57P01', '57P02', '57P03']);
+/**
+ * Server codes that mean no usable connection: shutting down, crashed, starting up, full, or this
+ * session ended by the server for sitting idle (in a transaction: 25P03; outside one: 57P05).
+ */
+const CONNECTION_CODES = new Set(['53300', '57P01', '57P02', '57P03', '25P03', '57P05']);
 
 /** Errors that say nothing about the row being processed: the connection or server is the problem. */
 export function isTransientPostgresError(err: unknown): boolean {
