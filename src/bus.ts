@@ -15,6 +15,7 @@ import { errorMessage } from './core/errors-format.js';
 import { findJsonProblem } from './core/json.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
+import { throttled } from './core/throttle.js';
 import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, validateWith, type HandlerOptions } from './core/options.js';
 import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
@@ -216,8 +217,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const beat = () => driver.admin.handlersSeen({ names: [...handlers.keys()] })
     .catch((err) => log.warn({ err: errorMessage(err) }, 'handler heartbeat failed; will retry'));
 
-  // One NOTIFY per debounce window per process, sent outside any business transaction.
-  const notifier = debounced(o.notifyDebounceMs ?? DEFAULTS.notifyDebounceMs, (payload: string) => {
+  // At most one NOTIFY per payload per window per process (the first at once), sent outside any
+  // business transaction.
+  const notifier = throttled(o.notifyDebounceMs ?? DEFAULTS.notifyDebounceMs, (payload: string) => {
     if (state !== 'stopped') driver.notify(channel, payload).catch((err) => log.warn({ err: (err as Error).message }, 'wake-up notify failed'));
   });
 
@@ -605,22 +607,4 @@ function makeDriver(database: DatabaseOptions, schema: string, poolSize: number,
   }
   if ('pglite' in database) return new PGliteDriver({ database: database.pglite, schema });
   throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
-}
-
-function debounced(ms: number, fn: (payload: string) => void) {
-  const pending = new Map<string, NodeJS.Timeout>();
-  const call = (payload: string) => {
-    if (pending.has(payload)) return;
-    const t = setTimeout(() => {
-      pending.delete(payload);
-      fn(payload);
-    }, ms);
-    t.unref?.();
-    pending.set(payload, t);
-  };
-  call.cancel = () => {
-    for (const t of pending.values()) clearTimeout(t);
-    pending.clear();
-  };
-  return call;
 }

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
 import { targets, testBus } from './helpers/db.js';
@@ -55,5 +55,37 @@ describe('PollLoop', () => {
     const firstWoken = seen.indexOf(true);
     expect(seen.slice(0, 3)).toEqual([false, false, false]);
     expect(firstWoken).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('throttled wake-ups', () => {
+  it('run the first call at once, fold calls inside the window into one at its end, per key', async () => {
+    const { throttled } = await import('../src/core/throttle.js');
+    vi.useFakeTimers();
+    try {
+      const calls: [string, number][] = [];
+      const t0 = Date.now();
+      const wake = throttled(100, (key) => calls.push([key, Date.now() - t0]), () => Date.now());
+      wake('e');
+      expect(calls).toEqual([['e', 0]]); // an isolated commit is heard without delay
+      vi.advanceTimersByTime(10);
+      wake('e');
+      wake('e');
+      wake('j'); // another key has its own window
+      expect(calls).toEqual([['e', 0], ['j', 10]]);
+      vi.advanceTimersByTime(89);
+      expect(calls).toHaveLength(2);
+      vi.advanceTimersByTime(1);
+      expect(calls).toEqual([['e', 0], ['j', 10], ['e', 100]]);
+      vi.advanceTimersByTime(500); // a quiet spell: the next call goes at once again
+      wake('e');
+      expect(calls.at(-1)).toEqual(['e', 600]);
+      wake('e');
+      wake.cancel();
+      vi.advanceTimersByTime(1000);
+      expect(calls).toHaveLength(4);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

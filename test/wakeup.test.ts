@@ -11,7 +11,7 @@ import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
 
-/** A bus whose pool has one connection, no relay or worker, and a wake-up 50 ms after a commit. */
+/** A bus whose pool has one connection, no relay or worker, and at most one wake-up per 50 ms. */
 const oneConnectionBus = (schema: string) => testBus(postgresTarget, events, {
   schema,
   database: { postgres: PG_URL, poolSize: 1 },
@@ -30,10 +30,21 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
     await other.connect();
     onTestFinished(() => other.end());
     await other.query(`LISTEN "rea_${schema}"`);
-    const received = new Promise<string>((resolve) => other.on('notification', (m) => resolve(m.payload ?? '')));
+    const notes: string[] = [];
+    let second!: (payload: string) => void;
+    const received = new Promise<string>((resolve) => (second = resolve));
+    const first = new Promise<void>((resolve) => other.on('notification', (m) => {
+      notes.push(m.payload ?? '');
+      if (notes.length === 1) resolve();
+      if (notes.length === 2) second(m.payload ?? '');
+    }));
 
+    // A first commit after a quiet spell is notified at once; a second one within the 50 ms
+    // window after it waits for the window's end, and meanwhile the application takes the
+    // pool's only connection.
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A0' }));
+    await first;
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A1' }));
-    // The commit schedules a NOTIFY 50 ms out; meanwhile the application takes the pool's only connection.
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
     let holding = false;
@@ -59,8 +70,18 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
     await other.connect();
     onTestFinished(() => other.end());
     await other.query(`LISTEN "rea_${schema}"`);
-    const received = new Promise<pg.Notification>((resolve) => other.on('notification', resolve));
+    const notes: pg.Notification[] = [];
+    let second!: (n: pg.Notification) => void;
+    const received = new Promise<pg.Notification>((resolve) => (second = resolve));
+    const first = new Promise<void>((resolve) => other.on('notification', (m) => {
+      notes.push(m);
+      if (notes.length === 1) resolve();
+      if (notes.length === 2) second(m);
+    }));
 
+    // As above: the second commit's wake-up waits for the window's end, while the pool is held.
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A0' }));
+    await first;
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A1' }));
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
@@ -87,6 +108,35 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
       if (left > 0) await new Promise((r) => setTimeout(r, 20));
     }
     expect(left).toBe(0);
+  });
+
+  it('go out at once after a quiet spell; the commits inside the window after one share a single wake-up at its end', async () => {
+    const schema = freshSchema();
+    const bus = await testBus(postgresTarget, events, {
+      schema, relay: { enabled: false }, worker: { enabled: false }, notifyDebounceMs: 1000,
+    });
+    const other = new pg.Client({ connectionString: PG_URL });
+    await other.connect();
+    onTestFinished(() => other.end());
+    await other.query(`LISTEN "rea_${schema}"`);
+    const arrivals: number[] = [];
+    let gotTwo!: () => void;
+    const two = new Promise<void>((r) => (gotTwo = r));
+    other.on('notification', () => {
+      arrivals.push(performance.now());
+      if (arrivals.length === 2) gotTwo();
+    });
+
+    const committed = performance.now();
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'B1' }));
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'B2' }));
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'B3' }));
+    await two;
+    await new Promise((r) => setTimeout(r, 300)); // a third wake-up would be here by now
+    expect(arrivals).toHaveLength(2);
+    // The first did not wait for the 1 s window; B2 and B3 waited for its end, together.
+    expect(arrivals[0]! - committed).toBeLessThan(500);
+    expect(arrivals[1]! - arrivals[0]!).toBeGreaterThan(900);
   });
 
   it('skip the WAL flush in their own transaction and leave the session as it was (safe behind a transaction pooler)', async () => {
