@@ -138,7 +138,7 @@ describe.concurrent('rea demo runs', () => {
     expect(await run.exited).toBe(0);
     expect(summaryLine(run.stdout())).toMatch(/^ {2}jobs completed \d+, retried \d+, discarded 1 \(order ORD-0013, sms: SMS provider: invalid phone number\)$/);
     expect(run.dataDirs()).toEqual([]);
-  });
+  }, 60_000); // a whole demo (retries with backoff included): ~10 s alone, twice that beside other test files
 
   it('with nothing discarded the summary claims no discard; --keep-running serves the panel until Ctrl-C, then removes the data directory', async (ctx) => {
     const { expect } = ctx;
