@@ -95,7 +95,9 @@ describe('rea demo flags', () => {
 });
 
 // Each of these is its own process (PGlite's start-up dominates the few seconds), so they run side by side.
-describe.concurrent('rea demo runs', () => {
+// Whole demos run side by side here (concurrent), each ~10 s alone and two to three times that
+// beside the other test files on two cores: 60 s each, not the 30 s default.
+describe.concurrent('rea demo runs', { timeout: 60_000 }, () => {
   it('a panel port in use fails before the run, naming the port and the flag, and leaves no data directory', async (ctx) => {
     const { expect, onTestFinished } = ctx;
     const squatter = createServer();
@@ -138,7 +140,7 @@ describe.concurrent('rea demo runs', () => {
     expect(await run.exited).toBe(0);
     expect(summaryLine(run.stdout())).toMatch(/^ {2}jobs completed \d+, retried \d+, discarded 1 \(order ORD-0013, sms: SMS provider: invalid phone number\)$/);
     expect(run.dataDirs()).toEqual([]);
-  }, 60_000); // a whole demo (retries with backoff included): ~10 s alone, twice that beside other test files
+  });
 
   it('with nothing discarded the summary claims no discard; --keep-running serves the panel until Ctrl-C, then removes the data directory', async (ctx) => {
     const { expect } = ctx;
