@@ -14,10 +14,7 @@ import { panelCommand } from './panel.js';
 import { retentionCommand } from './retention.js';
 import { runCommand } from './run.js';
 import { statusCommand } from './status.js';
-
 import { EXIT_FAILED, EXIT_USAGE } from './exit-codes.js';
-
-export { EXIT_FAILED, EXIT_USAGE };
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
