@@ -130,6 +130,8 @@ export interface FanOutResult {
    * eventInlineFinish has corrected that for the ones that did not succeed.
    */
   inline: InlineJob[];
+  /** The round was a lean one (see eventFanOut's lean): routing once per event type, no job rows. */
+  lean?: true;
 }
 
 export interface StoredEvent {
@@ -232,6 +234,12 @@ export interface Executor {
     limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff;
     /** Inline rounds: the server ends the transaction after it sat idle this long (a frozen process). */
     inlineIdleLimitMs?: number;
+    /**
+     * Inline rounds: first try the lean round (FanOutResult.lean), which only applies when every
+     * handler the claimed events route to is an inline target of this hand-off with room for them
+     * and nothing else (webhooks, coalescing, other handlers, a queued job of theirs) is involved.
+     */
+    lean?: boolean;
   }): Promise<FanOutResult>;
   /** Whether some unfanned, unpoisoned event is not locked by another round (inline rounds after an empty one ask first). */
   eventClaimable(): Promise<boolean>;

@@ -41,39 +41,33 @@ export class PostgresExecutor implements Executor {
 
   async eventFanOut(q: Queryable, p: {
     limit: number; onlyId?: string; now: Date | null; webhook?: WebhookFanOut; handOff?: FanOutHandOff; inlineIdleLimitMs?: number;
+    lean?: boolean;
   }): Promise<FanOutResult> {
     const w = p.webhook ?? DEFAULT_WEBHOOK_FAN_OUT;
     const h = p.handOff && p.handOff.limit > 0 ? p.handOff : undefined;
     const inline = h?.targets.some((t) => t.inline) ?? false;
     const params = [p.limit, p.now, w.maxAttempts, w.leaseMs, w.failingDelayMs];
-    const { rows } = p.onlyId
-      ? await q.query<Row>(this.sql.eventFanOutOne, [...params, p.onlyId])
-      : h
-        ? await q.query<Row>(inline ? this.sql.eventFanOutInline : this.sql.eventFanOutHandOff, [
-          ...params, h.workerId, h.targets.map((t) => t.target), h.targets.map((t) => t.limit), h.limit, h.targets.map((t) => t.leaseMs),
-          ...(inline ? [h.targets.map((t) => t.inline === true), String(p.inlineIdleLimitMs ?? 10_000)] : []),
-        ])
+    if (!h || p.onlyId) {
+      const { rows } = p.onlyId
+        ? await q.query<Row>(this.sql.eventFanOutOne, [...params, p.onlyId])
         : await q.query<Row>(this.sql.eventFanOut, params);
-    const row = rows[0]!;
-    const events = new Map<string, ClaimedJob['event']>();
-    for (const e of (row.handed_events ?? []) as Row[]) {
-      events.set(e.id, {
-        id: e.id, type: e.type, subject: e.subject ?? null, payload: e.payload,
-        traceId: e.trace_id ?? null, createdBy: e.created_by ?? null, version: e.version, createdAt: new Date(e.created_at),
-      });
+      return fanOutResult(rows[0]!, false);
     }
-    const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
-      id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
-      coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
-    }));
-    const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
-    if (!inline) return { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
-    const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
-    const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
-      const [maxAttempts, leaseMs, priority] = perTarget[target]!;
-      return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: events.get(eventId)!, eventFound: true, leaseMs, priority };
-    });
-    return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
+    const targets = h.targets.map((t) => t.target);
+    const room = h.targets.map((t) => t.limit);
+    const leases = h.targets.map((t) => t.leaseMs);
+    if (!inline) {
+      const { rows } = await q.query<Row>(this.sql.eventFanOutHandOff, [...params, h.workerId, targets, room, h.limit, leases]);
+      return fanOutResult(rows[0]!, false);
+    }
+    const inlines = h.targets.map((t) => t.inline === true);
+    const idle = String(p.inlineIdleLimitMs ?? 10_000);
+    if (p.lean) {
+      const { rows } = await q.query<Row>(this.sql.eventFanOutInlineLean, [p.limit, p.now, targets, room, h.limit, leases, inlines, idle]);
+      if (rows[0]!.lean) return { ...fanOutResult(rows[0]!, true), lean: true };
+    }
+    const { rows } = await q.query<Row>(this.sql.eventFanOutInline, [...params, h.workerId, targets, room, h.limit, leases, inlines, idle]);
+    return fanOutResult(rows[0]!, true);
   }
 
   async eventInlineFinish(q: Queryable, p: {
@@ -219,4 +213,27 @@ export function mapJob(r: Row): JobRow {
     attemptedAt: r.attempted_at, finalizedAt: r.finalized_at, leaseExpiresAt: r.lease_expires_at,
     createdAt: r.created_at, errors: r.errors ?? [],
   };
+}
+
+/** One row of a fan-out statement (every variant returns the same columns) as a FanOutResult. */
+function fanOutResult(row: Row, inline: boolean): FanOutResult {
+  const events = new Map<string, ClaimedJob['event']>();
+  for (const e of (row.handed_events ?? []) as Row[]) {
+    events.set(e.id, {
+      id: e.id, type: e.type, subject: e.subject ?? null, payload: e.payload,
+      traceId: e.trace_id ?? null, createdBy: e.created_by ?? null, version: e.version, createdAt: new Date(e.created_at),
+    });
+  }
+  const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
+    id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
+    coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
+  }));
+  const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
+  if (!inline) return { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
+  const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
+  const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
+    const [maxAttempts, leaseMs, priority] = perTarget[target]!;
+    return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: events.get(eventId)!, eventFound: true, leaseMs, priority };
+  });
+  return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
 }

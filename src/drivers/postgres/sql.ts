@@ -138,6 +138,69 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
         where ${inline ? 'coalesce(n.m ? c.id::text, false) or ' : ''}c.id = any (array(select i.event_id from inserted i where i.state = 'running'))) as handed_events`;
   };
 
+  // The common inline round, when every handler its events route to is an inline target of this
+  // round with room for them, none coalesces, no webhook endpoint takes them and no job of those
+  // handlers waits in the queue: then the round is the claim, one update of the events and the
+  // rows that come back, with routing and the checks done once per event type, not per event.
+  // Otherwise (lean = false) it changes nothing: its events stay locked by this transaction and
+  // the executor runs the full statement (eventFanOutInline) in it, which claims them again.
+  // $1 limit, $2 now, $3-$7 the hand-off ($3 targets, $4 room per target, $5 room in all,
+  // $6 lease_ms per target, $7 inline per target), $8 the idle limit (as eventFanOutInline's $12).
+  const fanOutInlineLean = /* sql */ `
+with claimed as materialized (
+  select ctid, id, type, subject, payload, trace_id, created_by, version, created_at
+  from ${s}.events
+  where fanned_out_at is null and poisoned_at is null
+  order by id
+  limit $1
+  for update skip locked
+), types as (
+  select type, count(*)::int as n from claimed group by type
+), routes as (
+  select t.type, t.n, h.name, h.coalesce_subject, h.max_attempts, h.priority, o.lim, o.lease_ms, o.inline
+  from types t
+  join ${s}.handlers h on t.type like any (h.like_patterns)
+  left join unnest($3::text[], $4::int[], $6::int[], $7::boolean[]) as o(target, lim, lease_ms, inline) on o.target = h.name
+), verdict as (
+  select not exists (select 1 from types t join ${s}.endpoints ep on ep.state <> 'disabled' and t.type like any (ep.like_patterns))
+     and not exists (
+       select 1 from (select name, sum(n) as n, max(lim) as lim, bool_or(coalesce_subject or inline is not true) as other
+                      from routes group by name) r
+       where r.other or r.n > r.lim)
+     and (select coalesce(sum(n), 0) from routes) <= $5
+     and not exists (
+       select 1 from (select distinct name from routes) r
+       join ${s}.jobs q on q.kind = 'handler' and q.target = r.name and q.state in ('available', 'retryable')
+         and q.scheduled_at <= coalesce($2::timestamptz, now())) as lean
+), names as (
+  select type, array_agg(name order by name) as names from routes group by type
+), fanned as (
+  update ${s}.events e
+  set fanned_out_at = coalesce($2::timestamptz, now()), delivered_inline = n.names
+  from claimed c left join names n on n.type = c.type
+  where e.ctid = c.ctid and (select lean from verdict)
+  returning e.id, e.type
+), inline_jobs as (
+  select nextval((select pg_get_serial_sequence('${s}.jobs', 'id'))::regclass) as id, f.id as event_id, r.name as target
+  from fanned f join routes r on r.type = f.type
+)
+-- The same columns as eventFanOutInline's, and lean.
+select (select lean from verdict) as lean,
+       (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
+       (select coalesce(json_agg(json_build_array(j.id::text, j.event_id, j.target, 1) order by j.id), '[]'::json)
+        from inline_jobs j) as inline_jobs,
+       (select json_object_agg(r.name, json_build_array(r.max_attempts, r.lease_ms, r.priority))
+        from (select distinct name, max_attempts, lease_ms, priority from routes) r
+        where (select lean from verdict)) as inline_targets,
+       (select set_config('idle_in_transaction_session_timeout', $8::text, true)) as idle_limit,
+       0 as jobs,
+       '[]'::json as handed_off,
+       (select coalesce(json_agg(json_build_object(
+           'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
+           'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
+        from claimed c
+        where (select lean from verdict) and c.type in (select type from names)) as handed_events`;
+
   return {
     eventInsertOne: /* sql */ `
 insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
@@ -164,6 +227,7 @@ select exists (
     eventFanOut: fanOut('', 'plain'),
     eventFanOutHandOff: fanOut('', 'handOff'),
     eventFanOutInline: fanOut('', 'inline'),
+    eventFanOutInlineLean: fanOutInlineLean,
     eventFanOutOne: fanOut('and id = $6::uuid', 'plain'),
 
     // The end of an inline round whose deliveries did not all succeed, in its transaction: each
