@@ -1,8 +1,8 @@
 // Where rea's figure-1 work goes in the database: the three statements every job passes through
 // by default (the relay's fan-out, the worker's claim, the batched completion), and the one an
-// inline round runs instead of all three (relay.inlineMs), each run alone in rounds of 200 over N
-// pre-recorded events, timed and charged with the server's CPU per row. The numbers the
-// README's "why is figure 1 where it is" points at; EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of
+// inline round runs instead of all three (relay.inlineMs) and its lean form, each run alone in
+// rounds of 200 over N pre-recorded events, timed and charged with the server's CPU per row. The
+// numbers the README's "why is figure 1 where it is" points at; EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of
 // each is printed with `--explain`.
 import pg from 'pg';
 import { postgresStatements } from '../src/drivers/postgres/sql.js';
@@ -11,7 +11,7 @@ import { serverCpuSeconds } from './lib/server-cpu.js';
 import { makeBus, REA_TYPE } from './rea.js';
 
 export interface StatementCost {
-  statement: 'fan-out' | 'claim' | 'complete' | 'inline-fan-out';
+  statement: 'fan-out' | 'claim' | 'complete' | 'inline-fan-out' | 'lean-inline-fan-out';
   rows: number;
   wallUsPerRow: number;
   serverCpuUsPerRow: number | null;
@@ -100,6 +100,30 @@ export async function profileStatements(schema: string, n: number, explain = fal
     });
     const inlined = await c.query(`select count(*)::int as n from "${schema}".events where 'noop' = any (delivered_inline)`);
     if (inlined.rows[0].n !== n) throw new Error(`profile: ${inlined.rows[0].n} of ${n} events delivered inline`);
+
+    // And the lean inline round, the one figure 1's rounds run (every event routes only to this
+    // process's inline handler): claim, one update, routing once per event type.
+    await c.query(`update "${schema}".events set fanned_out_at = null, delivered_inline = null`);
+    await c.query(`vacuum analyze "${schema}".events`);
+    const lean = {
+      name: 'p_inline_lean', text: sql.eventFanOutInlineLean,
+      values: [ROUND, null, ['noop'], [ROUND], ROUND, [35_000], [true], '10000'],
+    };
+    if (explain) {
+      await c.query('begin');
+      const r = await c.query(`explain (analyze, buffers, wal) ${lean.text}`, lean.values);
+      await c.query('rollback');
+      console.error(`--- EXPLAIN lean inline fan-out\n${r.rows.map((x) => x['QUERY PLAN']).join('\n')}`);
+    }
+    await measure('lean-inline-fan-out', async () => {
+      await c.query('begin');
+      const r = await c.query(lean);
+      await c.query('commit');
+      if (r.rows[0].lean !== true) throw new Error('profile: the lean inline round did not apply');
+      return r.rows[0].event_ids ? (r.rows[0].event_ids as string).split(',').length : 0;
+    });
+    const leanInlined = await c.query(`select count(*)::int as n from "${schema}".events where delivered_inline = '{noop}'`);
+    if (leanInlined.rows[0].n !== n) throw new Error(`profile: ${leanInlined.rows[0].n} of ${n} events delivered inline by the lean round`);
   } finally {
     await c.end();
     await dropSchema(schema);
