@@ -2,7 +2,7 @@
 // that events they record, and their log lines, carry it on. OpenTelemetry is used when active.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomHex } from './random.js';
-import { context, trace, TraceFlags } from '@opentelemetry/api';
+import { context, createContextKey, ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api';
 
 export interface TraceScope {
   traceId: string;
@@ -32,8 +32,32 @@ export function currentScope(): TraceScope | undefined {
   return storage.getStore();
 }
 
+const PROBE = createContextKey('rea.context-manager-probe');
+/** How long the answer of otelContextManager() is kept. */
+const PROBE_EVERY_MS = 100;
+let probedAt = -Infinity;
+let managed = false;
+
+/**
+ * Whether an OpenTelemetry context manager is registered (an SDK is set up): without one,
+ * context.with() runs its function in no context at all, so nothing could see a span context
+ * rea made. Asked at most every PROBE_EVERY_MS; an SDK registered later is seen from then on.
+ */
+function otelContextManager(): boolean {
+  const now = performance.now();
+  if (now - probedAt >= PROBE_EVERY_MS) {
+    probedAt = now;
+    const probe = ROOT_CONTEXT.setValue(PROBE, true);
+    managed = context.with(probe, () => context.active() === probe);
+  }
+  return managed;
+}
+
 /** Run fn in a trace scope; OpenTelemetry instrumentation inside sees the event's trace as its parent. */
 export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
+  // Without a context manager a span context would go nowhere: skip making one (it cost a
+  // context copy and a random span id per job).
+  if (!otelContextManager()) return storage.run(scope, fn);
   let otelContext = context.active();
   if (TRACE_ID.test(scope.traceId)) {
     otelContext = trace.setSpanContext(otelContext, {

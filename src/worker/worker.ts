@@ -428,8 +428,10 @@ export class Worker {
       }
     }
     if (head === 0 && i === 0) return;
-    const rest = this.buffer.slice(i);
-    this.buffer = kept ? kept.concat(rest) : rest;
+    // In place: this runs at every completion, and a copy of the rest of the buffer each time
+    // was most of the worker's garbage with a full round's jobs waiting.
+    if (kept) this.buffer.splice(0, i, ...kept);
+    else this.buffer.splice(0, i);
   }
 
   private runningOf(kind: JobKind, target?: string): number {
@@ -438,11 +440,8 @@ export class Worker {
 
   /** Count a job under its kind and its kind + target (zero entries are dropped: webhook targets are many). */
   private count(map: Map<string, number>, job: ClaimedJob, by: number): void {
-    for (const key of [job.kind, `${job.kind}\0${job.target}`]) {
-      const n = (map.get(key) ?? 0) + by;
-      if (n > 0) map.set(key, n);
-      else map.delete(key);
-    }
+    bump(map, job.kind, by);
+    bump(map, `${job.kind}\0${job.target}`, by);
   }
 
   private execute(job: ClaimedJob, channel: JobChannel): void {
@@ -587,4 +586,10 @@ class MissingEventError extends Error {
     super(`event ${eventId} no longer exists (deleted by retention before its job ran)`);
     this.name = 'MissingEventError';
   }
+}
+
+function bump(map: Map<string, number>, key: string, by: number): void {
+  const n = (map.get(key) ?? 0) + by;
+  if (n > 0) map.set(key, n);
+  else map.delete(key);
 }

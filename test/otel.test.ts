@@ -1,0 +1,60 @@
+// OpenTelemetry: a handler runs with its event's trace as the remote parent span context when an
+// OpenTelemetry context manager is registered (an SDK), including one registered after rea
+// started; without one rea makes no span context (it could go nowhere), and its own trace scope
+// still carries the trace id.
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { context, ROOT_CONTEXT, trace, type Context, type ContextManager } from '@opentelemetry/api';
+import { afterEach, describe, expect, it } from 'vitest';
+import { currentTraceId, runInTrace } from '../src/core/trace.js';
+
+/** The smallest context manager there is: AsyncLocalStorage, as the SDK's own. */
+class AlsContextManager implements ContextManager {
+  private readonly als = new AsyncLocalStorage<Context>();
+  active(): Context {
+    return this.als.getStore() ?? ROOT_CONTEXT;
+  }
+  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(ctx: Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
+    return this.als.run(ctx, () => fn.apply(thisArg, args));
+  }
+  bind<T>(_ctx: Context, target: T): T {
+    return target;
+  }
+  enable(): this {
+    return this;
+  }
+  disable(): this {
+    return this;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const TRACE = 'ab'.repeat(16);
+
+/** What a handler inside runInTrace would see. */
+async function seen() {
+  return runInTrace({ traceId: TRACE, eventId: 'e1', handler: 'h', attempt: 1 }, async () => {
+    await sleep(1); // across an await, as a handler's own instrumentation would be
+    const span = trace.getSpanContext(context.active());
+    return { traceId: currentTraceId(), parent: span && { traceId: span.traceId, isRemote: span.isRemote, spanId: span.spanId } };
+  });
+}
+
+describe('trace context for OpenTelemetry', () => {
+  afterEach(() => {
+    context.disable();
+  });
+
+  it('with no context manager there is no span context, and the trace id still comes from the event', async () => {
+    expect(await seen()).toEqual({ traceId: TRACE, parent: undefined });
+  });
+
+  it('with a context manager, even one registered after jobs ran, handlers see the event trace as their remote parent', async () => {
+    await seen(); // rea has already asked whether there is one
+    expect(context.setGlobalContextManager(new AlsContextManager())).toBe(true);
+    await sleep(150); // past the time rea keeps its answer
+    const inside = await seen();
+    expect(inside.traceId).toBe(TRACE);
+    expect(inside.parent).toMatchObject({ traceId: TRACE, isRemote: true });
+    expect(inside.parent!.spanId).toMatch(/^[0-9a-f]{16}$/);
+  });
+});
