@@ -5,7 +5,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { context, ROOT_CONTEXT, trace, type Context, type ContextManager } from '@opentelemetry/api';
 import { afterEach, describe, expect, it } from 'vitest';
-import { currentTraceId, runInTrace } from '../src/core/trace.js';
+import { currentTraceId, JobTraceScope, runInTrace } from '../src/core/trace.js';
 
 /** The smallest context manager there is: AsyncLocalStorage, as the SDK's own. */
 class AlsContextManager implements ContextManager {
@@ -58,3 +58,19 @@ describe('trace context for OpenTelemetry', () => {
     expect(inside.parent!.spanId).toMatch(/^[0-9a-f]{16}$/);
   });
 });
+
+describe('a job\'s trace scope', () => {
+  it('is its event\'s trace; for an event recorded outside any trace, one new trace id for the whole run', async () => {
+    expect(new JobTraceScope(TRACE, 'e1', 'h', 1).traceId).toBe(TRACE);
+    const scope = new JobTraceScope(null, 'e2', 'h', 1);
+    const seenInside = await runInTrace(scope, async () => {
+      const first = currentTraceId();
+      await sleep(1);
+      return [first, currentTraceId()];
+    });
+    expect(seenInside[0]).toMatch(/^[0-9a-f]{32}$/);
+    expect(seenInside).toEqual([scope.traceId, scope.traceId]);
+    expect(new JobTraceScope(null, 'e3', 'h', 1).traceId).not.toBe(scope.traceId);
+  });
+});
+

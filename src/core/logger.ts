@@ -21,10 +21,11 @@ export function defaultLogger(): Logger {
 export class LazyLogger implements Logger {
   #child: Logger | undefined;
 
-  constructor(private readonly parent: Logger, private readonly bindings: Record<string, unknown>) {}
+  /** bindings: or a function that makes them, called on first use (most jobs never log). */
+  constructor(private readonly parent: Logger, private readonly bindings: Record<string, unknown> | (() => Record<string, unknown>)) {}
 
   get real(): Logger {
-    return (this.#child ??= this.parent.child(this.bindings));
+    return (this.#child ??= this.parent.child(typeof this.bindings === 'function' ? this.bindings() : this.bindings));
   }
 
   debug(obj: object, msg?: string): void {

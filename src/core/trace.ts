@@ -19,6 +19,22 @@ export function newTraceId(): string {
   return randomHex(16);
 }
 
+/**
+ * A job's trace scope: its event's trace id, or, for an event recorded outside any trace, a new
+ * one made when first asked for (by an event the handler records, a log line, OpenTelemetry),
+ * and then the same for the whole run. Most jobs never ask.
+ */
+export class JobTraceScope implements TraceScope {
+  #traceId: string | null;
+  constructor(traceId: string | null, readonly eventId: string, readonly handler: string, readonly attempt: number) {
+    this.#traceId = traceId;
+  }
+
+  get traceId(): string {
+    return (this.#traceId ??= newTraceId());
+  }
+}
+
 /** The trace id in effect: a rea handler's event, else the active OpenTelemetry span, else none. */
 export function currentTraceId(): string | null {
   const scope = storage.getStore();

@@ -10,7 +10,7 @@ import { isPermanent, isRetryAfter } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { LazyLogger, type Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
-import { newTraceId, runInTrace } from '../core/trace.js';
+import { JobTraceScope, runInTrace } from '../core/trace.js';
 import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind } from '../driver/types.js';
 import { JobAbort } from './abort.js';
 import type { JobChannel } from './channel.js';
@@ -479,17 +479,18 @@ export class Worker {
 
   private async run(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
     const started = performance.now();
-    const traceId = job.event.traceId ?? newTraceId();
-    const label = job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target };
-    const log = new LazyLogger(this.deps.log, { trace_id: traceId, event_id: job.event.id, ...label, attempt: job.attempt, job_id: job.id });
+    const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt);
+    const log = new LazyLogger(this.deps.log, () => ({
+      trace_id: scope.traceId, event_id: job.event.id,
+      ...(job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target }),
+      attempt: job.attempt, job_id: job.id,
+    }));
     let timer: NodeJS.Timeout | undefined;
     try {
       const timeoutMs = channel.timeoutMs(job);
       timer = setTimeout(() => abort.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), timeoutMs);
       if (!job.eventFound) throw new MissingEventError(job.event.id);
-      const outcome = await runInTrace({ traceId, eventId: job.event.id, handler: job.target, attempt: job.attempt }, () =>
-        channel.run(job, abort, log),
-      );
+      const outcome = await runInTrace(scope, () => channel.run(job, abort, log));
       const durationMs = performance.now() - started;
       if (outcome === 'succeeded') {
         this.settle(job, { kind: 'succeeded', durationMs });

@@ -13,22 +13,28 @@ export type HandlerOutcome = 'succeeded' | 'committed' | 'already-consumed';
 class JobContext implements HandlerContext {
   readonly attempt: number;
   readonly maxAttempts: number;
-  readonly idempotencyKey: string;
   readonly jobId: string;
   readonly coalesced: number;
   readonly tx?: Transaction;
   readonly #abort: JobAbort;
   readonly #log: LazyLogger;
+  readonly #eventId: string;
+  readonly #handler: string;
 
   constructor(job: ClaimedJob, handler: string, abort: JobAbort, log: LazyLogger, tx: Transaction | undefined) {
     this.attempt = job.attempt;
     this.maxAttempts = job.maxAttempts;
-    this.idempotencyKey = `${job.event.id}:${handler}`;
+    this.#eventId = job.event.id;
+    this.#handler = handler;
     this.jobId = job.id;
     this.coalesced = job.coalesced;
     if (tx) this.tx = tx;
     this.#abort = abort;
     this.#log = log;
+  }
+
+  get idempotencyKey(): string {
+    return `${this.#eventId}:${this.#handler}`;
   }
 
   get signal(): AbortSignal {
@@ -48,20 +54,17 @@ export async function runHandler(
   log: LazyLogger,
   clock: Clock,
 ): Promise<HandlerOutcome> {
-  const context = (tx?: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
-  // Called through an async wrapper so a synchronous throw becomes a rejection like any other.
-  const call = async (ctx: HandlerContext) => handler.fn(job.event, ctx);
-
   if (!handler.transactional) {
-    await abort.race(call(context()));
+    await abort.race(call(handler, job, new JobContext(job, handler.name, abort, log, undefined)));
     return 'succeeded';
   }
+  const context = (tx: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
   return driver.transaction(async (q, raw) => {
     const fresh = await driver.executor.consumeInsert(q, { eventId: job.event.id, handler: handler.name });
     if (fresh) {
       const state = { open: true };
       try {
-        await abort.race(call(context(makeTransaction(q, raw, state))));
+        await abort.race(call(handler, job, context(makeTransaction(q, raw, state))));
       } finally {
         state.open = false;
       }
@@ -69,4 +72,9 @@ export async function runHandler(
     await driver.executor.jobCompleteMany(q, { jobs: [{ id: job.id, attempt: job.attempt }], now: clock.now() });
     return fresh ? 'committed' : 'already-consumed';
   }, { aborted: () => abort.aborted });
+}
+
+/** The user's function, through an async wrapper so a synchronous throw becomes a rejection like any other. */
+async function call(handler: RegisteredHandler, job: ClaimedJob, ctx: HandlerContext): Promise<unknown> {
+  return handler.fn(job.event, ctx);
 }
