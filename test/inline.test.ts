@@ -242,6 +242,38 @@ describe('inline delivery on postgres', () => {
     expect(rounds.mock.calls.length).toBeGreaterThan(roundsWhenIdle);
   });
 
+  test('the poll right after a round that delivered the events is a probe, not another transaction', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50, minPollMs: 2, maxPollMs: 200 } });
+    const shipped = counter(2);
+    bus.on('order.created', 'ship', () => shipped.tick());
+    const calls: string[] = [];
+    let probed: (() => void) | undefined;
+    const probe = bus.driver.executor.eventClaimable.bind(bus.driver.executor);
+    vi.spyOn(bus.driver.executor, 'eventClaimable').mockImplementation(async () => {
+      const found = await probe();
+      calls.push(found ? 'probe: found' : 'probe');
+      probed?.();
+      return found;
+    });
+    const fanOut = bus.driver.executor.eventFanOut.bind(bus.driver.executor);
+    vi.spyOn(bus.driver.executor, 'eventFanOut').mockImplementation(async (...args) => {
+      const r = await fanOut(...args);
+      calls.push(`round: ${r.eventIds.length}`);
+      return r;
+    });
+    await bus.start();
+    // Idle: polls 64 ms or more apart. Record right after one, so the commit's wake-up starts the round.
+    await vi.waitFor(() => expect(calls.filter((c) => c === 'probe').length).toBeGreaterThanOrEqual(6), { timeout: 5000 });
+    await new Promise<void>((resolve) => (probed = resolve));
+    probed = undefined;
+    const from = calls.length;
+    await recordAll(bus, [1, 2]);
+    await shipped.done;
+    await vi.waitFor(() => expect(calls.length).toBeGreaterThanOrEqual(from + 3));
+    // The woken round takes both events; the timer's poll 2 ms later asks before it opens a transaction.
+    expect(calls.slice(from, from + 3)).toEqual(['round: 2', 'probe', 'probe']);
+  });
+
   test('the idle probe does not count an event another round holds locked', async () => {
     const bus = await testBus(target, events, { relay: { inlineMs: 50 } });
     const s = bus.schema;

@@ -64,8 +64,11 @@ export class Relay {
   private running = false;
   /** The last round was full and queued jobs: no hand-off until a round is not full. */
   private backlogged = false;
-  /** The last round found no event (or none ran yet): the next inline round first asks whether there is one. */
-  private empty = true;
+  /**
+   * The last round left nothing behind it (it was not full, or none ran yet): an inline round the
+   * timer starts first asks whether there is an event. Only a full round, or a wake-up, goes straight to one.
+   */
+  private drained = true;
   /** Inline rounds left before the lean statement is tried again (see LEAN_RETRY_ROUNDS). */
   private leanPause = 0;
 
@@ -134,9 +137,10 @@ export class Relay {
     const inline = this.options.inlineMs > 0 && this.driver.capabilities.inlineDelivery && this.deps.handOff !== undefined && 'startInline' in this.deps.handOff;
     const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined;
     if (reservation?.targets.some((t) => t.inline)) {
-      // An idle relay polls: one round trip to learn there is nothing, not an empty transaction.
-      // A wake-up says a commit just recorded events, so that round goes straight to them.
-      if (this.empty && !woken) {
+      // A poll after a round that drained the events (an idle relay's, or the one right after a
+      // delivery) is one round trip to learn there is nothing, not an empty transaction. A wake-up
+      // says a commit just recorded events, and a full round left more: those go straight to them.
+      if (this.drained && !woken) {
         const claimable = await this.driver.executor.eventClaimable().catch((err: unknown) => {
           this.deps.handOff!.acceptHandOff(reservation, []);
           throw err;
@@ -231,7 +235,7 @@ export class Relay {
   }
 
   private outcome(fanned: number): 'full' | 'some' | 'none' {
-    this.empty = fanned === 0;
+    this.drained = fanned < this.options.batchSize;
     if (fanned >= this.options.batchSize) return 'full';
     return fanned > 0 ? 'some' : 'none';
   }
