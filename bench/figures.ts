@@ -189,9 +189,10 @@ export async function enqueue(system: System, schema: string, singles: number, b
  * both sides alike. Returns transactions per second for each side, and PostgreSQL's own floor for
  * "one more row in this transaction": a second plain row (into a copy of the orders table) as its
  * own statement, the shape of record() on the caller's client, and sent together with COMMIT in
- * one simple query, the shape of record() in bus.transaction.
+ * one simple query, the shape of record() in bus.transaction; and, where the producer can write
+ * it by hand, the system's own row (rea: the events row) sent with COMMIT, with none of its code.
  */
-export async function recordOverhead(system: System, schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number; extraRow: number; extraRowWithCommit: number }> {
+export async function recordOverhead(system: System, schema: string, total: number, connections: number): Promise<{ alone: number; withRecord: number; extraRow: number; extraRowWithCommit: number; ownRowWithCommit?: number }> {
   await system.install(schema);
   await createOrders(schema);
   await createOrderCopy(schema);
@@ -200,12 +201,16 @@ export async function recordOverhead(system: System, schema: string, total: numb
   try {
     let i = 0;
     await drive(clients, 200, (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)));
-    const [alone, withRecord, extraRow, extraRowWithCommit] = await alternated(clients, total, [
+    const rowByHand = producer.rowByHand?.bind(producer);
+    const sides: ((c: pg.Client) => Promise<unknown>)[] = [
       (c) => orderTx(c, schema, i++),
       (c) => orderTx(c, schema, i++, (cc) => producer.inTx(cc, i)),
       (c) => orderTx(c, schema, i++, (cc) => cc.query(insertOrderCopy(schema), [`o-${i}`, i % 1000])),
       (c) => orderTxWithCommittedRow(c, schema, i++),
-    ]);
+    ];
+    if (rowByHand) sides.push((c) => orderTxWithCommittedRow(c, schema, i, rowByHand(i++)));
+    const [alone, withRecord, extraRow, extraRowWithCommit, ownRowWithCommit] = await alternated(clients, total, sides);
+    if (ownRowWithCommit !== undefined) return { alone: alone!, withRecord: withRecord!, extraRow: extraRow!, extraRowWithCommit: extraRowWithCommit!, ownRowWithCommit };
     return { alone: alone!, withRecord: withRecord!, extraRow: extraRow!, extraRowWithCommit: extraRowWithCommit! };
   } finally {
     await endClients(clients);

@@ -28,13 +28,14 @@ export async function createOrderCopy(schema: string): Promise<void> {
 export const insertOrderCopy = (schema: string) => `insert into "${schema}".orders_copy (order_no, amount) values ($1, $2)`;
 
 /**
- * The order transaction with one more plain row sent together with COMMIT in one simple-protocol
- * query (as bus.transaction sends its events): no extra round trip, only the row's own work.
+ * The order transaction with one more row sent together with COMMIT in one simple-protocol query
+ * (as bus.transaction sends its events): no extra round trip, only the row's own work. The row is
+ * a plain one into orders_copy unless `rowSql` (one insert statement with literal values) says otherwise.
  */
-export async function orderTxWithCommittedRow(c: pg.Client, schema: string, i: number) {
+export async function orderTxWithCommittedRow(c: pg.Client, schema: string, i: number, rowSql?: string) {
   await c.query('BEGIN');
   await c.query(insertOrder(schema), [`o-${i}`, i % 1000]);
-  await c.query(`insert into "${schema}".orders_copy (order_no, amount) values ('o-${i}', ${i % 1000});\ncommit`);
+  await c.query(`${rowSql ?? `insert into "${schema}".orders_copy (order_no, amount) values ('o-${i}', ${i % 1000})`};\ncommit`);
 }
 
 /** One business transaction: BEGIN, insert an order, optionally more work, COMMIT. */

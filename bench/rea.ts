@@ -5,6 +5,7 @@ import type pg from 'pg';
 import { compiledReaEntry } from './lib/compile.js';
 import { adminPool, DATABASE_URL } from './lib/env.js';
 import type { Producer, RunningWorker, System } from './lib/system.js';
+import { uuidv7 } from '../src/core/uuid.js';
 
 export const REA_TYPE = 'bench.noop';
 const HANDLER = 'noop';
@@ -122,6 +123,11 @@ export const rea: System = {
         await c.query('BEGIN');
         await bus.recordMany(c, seqs.map((seq) => ({ type: REA_TYPE, payload: { seq } })));
         await c.query('COMMIT');
+      },
+      rowByHand(seq: number) {
+        // The columns and values record() writes for this event (no subject, trace or creator).
+        return `insert into ${q(schema)}.events (id, type, subject, payload, trace_id, created_by, version)`
+          + ` values ('${uuidv7()}'::uuid, '${REA_TYPE}', null, '{"seq":${seq}}'::jsonb, null, null, 1)`;
       },
       async close() {
         await bus.stop?.();

@@ -16,6 +16,11 @@ export interface Producer {
   one(client: pg.Client, seq: number): Promise<void>;
   /** One batch through the system's bulk API, in one transaction. */
   many(client: pg.Client, seqs: number[]): Promise<void>;
+  /**
+   * The row one enqueue writes, as one insert statement with literal values, for figure 4's floor:
+   * what that row costs PostgreSQL written by hand, with none of the system's code. Optional.
+   */
+  rowByHand?(seq: number): string;
   close(): Promise<void>;
 }
 
