@@ -33,6 +33,19 @@ export function panelCommand(): Command {
     });
 }
 
+/** How long the panel waits for its database to answer before it serves anyway. */
+const OPEN_WAIT_MS = 15_000;
+
+async function openWithin(bus: ReturnType<typeof adminBus>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  try {
+    await Promise.race([bus.driver.admin.ping().catch(() => undefined), gaveUp]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export async function startPanel(flags: PanelFlags): Promise<{ url: string; close: () => Promise<void> }> {
   const port = checkPort('--port', flags.port);
   const noAuth = flags.auth === false;
@@ -42,6 +55,10 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
   if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
   const bus = adminBus(flags);
   try {
+    // Open the database before serving: an embedded PGlite takes seconds to start, and /healthz
+    // would call it down meanwhile (its check gives up after 2 s). A server that is down or does
+    // not answer within OPEN_WAIT_MS is no reason not to serve: the panel and /healthz say so.
+    await openWithin(bus, OPEN_WAIT_MS);
     const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! } })
       .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
