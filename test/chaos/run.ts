@@ -2,6 +2,12 @@
 // ~500 events/s; workers are killed with SIGKILL, PostgreSQL is restarted once and rea's
 // connections are terminated once. At the end every event must have exactly one transactional
 // effect and at least one plain effect, and no job may be stuck. `--short` is the CI mode.
+//
+// Alongside, on a schema of its own, a second group of workers (test/chaos/bus-lean.ts) takes
+// ~200 events/s whose only handler is a plain one, so their rounds run the lean inline path (the
+// handler inside the relay's open transaction, no job row) under the same faults: every such
+// event must have at least one effect, nothing may be stuck, and most deliveries must have been
+// inline, or the run did not test that path and fails.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
@@ -18,10 +24,15 @@ const KILLS = short ? 5 : 50;
 const KILL_EVERY_MS = short ? 2500 : 2000;
 const RATE = 500;
 const WORKERS = 3;
+const LEAN_RATE = 200;
+const LEAN_WORKERS = 2;
+/** Below this share of lean deliveries made inline, the run did not exercise the lean path. */
+const LEAN_INLINE_MIN = 0.5;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
 const DB = 'rea_chaos';
 const URL_ = `${BASE_URL}/${DB}`;
 const schema = `chaos_${randomBytes(4).toString('hex')}`;
+const leanSchema = `${schema}_lean`;
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 const log = (msg: string) => console.error(`[chaos ${new Date().toISOString().slice(11, 23)}] ${msg}`);
@@ -59,10 +70,15 @@ function stopWorker(child: ChildProcess, signal: NodeJS.Signals): void {
   child.kill(signal);
 }
 
+/** Resolves once the worker says it runs (its relay and worker have started). */
+const readiness = new WeakMap<ChildProcess, Promise<void>>();
+
+/** Worker n: the first WORKERS run test/chaos/bus.ts, the LEAN_WORKERS after them bus-lean.ts. */
 function startWorker(n: number): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', `${root}/bin/rea.js`, 'run', `${root}/test/chaos/bus.ts`, '--stop-timeout', '2000'], {
+  const lean = n >= WORKERS;
+  const child = spawn(process.execPath, ['--import', 'tsx', `${root}/bin/rea.js`, 'run', `${root}/test/chaos/${lean ? 'bus-lean' : 'bus'}.ts`, '--stop-timeout', '2000'], {
     cwd: root,
-    env: { ...process.env, CHAOS_DATABASE_URL: URL_, CHAOS_SCHEMA: schema, REA_LOG_LEVEL: 'silent' },
+    env: { ...process.env, CHAOS_DATABASE_URL: URL_, CHAOS_SCHEMA: lean ? leanSchema : schema, REA_LOG_LEVEL: 'silent' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.on('exit', (code, signal) => {
@@ -71,45 +87,33 @@ function startWorker(n: number): ChildProcess {
       log(`worker ${n} exited on its own (code ${code}, signal ${signal})`);
     }
   });
+  let ready!: () => void;
+  readiness.set(child, new Promise<void>((resolve) => (ready = resolve)));
   child.stderr!.on('data', (d: Buffer) => {
     const line = d.toString().trim();
+    if (line.includes('rea: running')) ready();
     if (line && !line.startsWith('rea: running') && !line.includes('stopping')) log(`worker ${n}: ${line.slice(0, 300)}`);
   });
   return child;
 }
 
-async function main(): Promise<void> {
-  const started = Date.now();
-  await withClient(`${BASE_URL}/postgres`, async (c) => {
-    const { rows } = await c.query('select 1 from pg_database where datname = $1', [DB]);
-    if (rows.length === 0) await c.query(`create database ${DB}`);
-  });
-  const events = defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) });
-  // The producer records only; workers in child processes do the delivering.
-  const producer = createBus({
-    database: { postgres: URL_, poolSize: 8 }, schema, events, relay: { enabled: false }, worker: { enabled: false },
-    logger: pino({ level: process.env.REA_LOG_LEVEL ?? 'error' }) as unknown as Logger,
-  });
-  await producer.migrate();
-  await withClient(URL_, (c) => c.query(`
-    create table "${schema}".chaos_counts (event_id uuid primary key, n int not null);
-    create table "${schema}".chaos_appends (event_id uuid not null);`));
-
-  const workers: ChildProcess[] = [];
-  for (let i = 0; i < WORKERS; i++) workers.push(startWorker(i));
-
+/**
+ * Records events of `type` at `rate` per second, each in its own transaction, until stop();
+ * acknowledged holds the ids whose commit succeeded, ambiguous counts the failed or unknown ones.
+ */
+function produce(bus: ReturnType<typeof createBus<any>>, type: string, rate: number) {
   const acknowledged = new Set<string>();
   let ambiguous = 0;
   let producing = true;
   let seq = 0;
-  const produce = (async () => {
-    const gap = 1000 / RATE;
+  const done = (async () => {
+    const gap = 1000 / rate;
     let next = performance.now();
     const inflight = new Set<Promise<void>>();
     while (producing) {
       const s = seq++;
-      const p = producer
-        .transaction((tx) => producer.record(tx, 'chaos.tick', { seq: s }))
+      const p = bus
+        .transaction((tx) => bus.record(tx, type, { seq: s }))
         .then((id) => void acknowledged.add(id))
         .catch(() => void ambiguous++) // failed or unknown commit: may or may not be stored
         .finally(() => inflight.delete(p));
@@ -122,6 +126,48 @@ async function main(): Promise<void> {
     }
     await Promise.all(inflight);
   })();
+  return {
+    acknowledged,
+    get ambiguous() { return ambiguous; },
+    async stop() {
+      producing = false;
+      await done;
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  await withClient(`${BASE_URL}/postgres`, async (c) => {
+    const { rows } = await c.query('select 1 from pg_database where datname = $1', [DB]);
+    if (rows.length === 0) await c.query(`create database ${DB}`);
+  });
+  const logger = pino({ level: process.env.REA_LOG_LEVEL ?? 'error' }) as unknown as Logger;
+  // The producers record only; workers in child processes do the delivering.
+  const producer = createBus({
+    database: { postgres: URL_, poolSize: 8 }, schema, events: defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) }),
+    relay: { enabled: false }, worker: { enabled: false }, logger,
+  });
+  const leanProducer = createBus({
+    database: { postgres: URL_, poolSize: 4 }, schema: leanSchema, events: defineEvents({ 'chaos.lean': z.object({ seq: z.number().int() }) }),
+    relay: { enabled: false }, worker: { enabled: false }, logger,
+  });
+  await producer.migrate();
+  await leanProducer.migrate();
+  await withClient(URL_, (c) => c.query(`
+    create table "${schema}".chaos_counts (event_id uuid primary key, n int not null);
+    create table "${schema}".chaos_appends (event_id uuid not null);
+    create table "${leanSchema}".chaos_marks (event_id uuid not null);`));
+
+  const workers: ChildProcess[] = [];
+  for (let i = 0; i < WORKERS + LEAN_WORKERS; i++) workers.push(startWorker(i));
+  // Faults, not start-up, are under test: events recorded before any worker runs would only be a
+  // backlog, fanned out to job rows, not the inline rounds the lean group is there for.
+  await Promise.race([Promise.all(workers.map((w) => readiness.get(w))), sleep(60_000).then(() => { throw new Error('the workers did not start within 60 s'); })]);
+
+  const ticks = produce(producer, 'chaos.tick', RATE);
+  const leans = produce(leanProducer, 'chaos.lean', LEAN_RATE);
+  const acknowledged = ticks.acknowledged;
 
   // Faults.
   let kills = 0;
@@ -148,16 +194,17 @@ async function main(): Promise<void> {
       log('PostgreSQL is back');
     }
   }
-  producing = false;
-  await produce;
+  await Promise.all([ticks.stop(), leans.stop()]);
   const produceEnded = Date.now();
-  log(`producer stopped: ${acknowledged.size} acknowledged, ${ambiguous} failed or ambiguous commits`);
+  log(`producers stopped: ${acknowledged.size} + ${leans.acknowledged.size} (lean) acknowledged, ${ticks.ambiguous + leans.ambiguous} failed or ambiguous commits`);
 
   // Drain.
   const stats = async () => withClient(URL_, async (c) => {
     const { rows } = await c.query(`select
-      (select count(*) from "${schema}".events where fanned_out_at is null)::int as unfanned,
-      (select count(*) from "${schema}".jobs where state in ('available', 'retryable', 'running'))::int as open_jobs`);
+      (select count(*) from "${schema}".events where fanned_out_at is null)::int
+        + (select count(*) from "${leanSchema}".events where fanned_out_at is null)::int as unfanned,
+      (select count(*) from "${schema}".jobs where state in ('available', 'retryable', 'running'))::int
+        + (select count(*) from "${leanSchema}".jobs where state in ('available', 'retryable', 'running'))::int as open_jobs`);
     return rows[0] as { unfanned: number; open_jobs: number };
   });
   const drainDeadline = Date.now() + 180_000;
@@ -195,20 +242,52 @@ async function main(): Promise<void> {
     const lostAcknowledged = [...acknowledged].filter((id) => !storedIds.has(id)).length;
     return { stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged };
   });
+  const lean = await withClient(URL_, async (c) => {
+    const q = async <K extends string>(sql: string) => (await c.query(sql)).rows[0] as Record<K, number>;
+    const marks = await q<'stored' | 'missing_mark' | 'redelivered' | 'inline'>(`select
+      count(*)::int as stored,
+      count(*) filter (where m.k is null)::int as missing_mark,
+      coalesce(sum(m.k - 1) filter (where m.k > 1), 0)::int as redelivered,
+      count(*) filter (where 'mark' = any (e.delivered_inline))::int as inline
+      from "${leanSchema}".events e
+      left join (select event_id, count(*)::int as k from "${leanSchema}".chaos_marks group by event_id) m on m.event_id = e.id`);
+    const jobs = await q<'stuck' | 'discarded'>(`select
+      count(*) filter (where state in ('running', 'available', 'retryable'))::int as stuck,
+      count(*) filter (where state = 'discarded')::int as discarded
+      from "${leanSchema}".jobs`);
+    const storedIds = new Set((await c.query(`select id::text as id from "${leanSchema}".events`)).rows.map((r) => r.id as string));
+    const lostAcknowledged = [...leans.acknowledged].filter((id) => !storedIds.has(id)).length;
+    return { ...marks, ...jobs, lostAcknowledged };
+  });
 
   const lost = result.lostAcknowledged + result.missing_counter + result.missing_append;
+  const leanLost = lean.lostAcknowledged + lean.missing_mark;
+  const leanInlineShare = lean.stored > 0 ? lean.inline / lean.stored : 0;
   const summary = {
     mode: short ? 'short' : 'full', schema, kills, postgresRestarted: restartPostgres, acknowledged: acknowledged.size,
-    ambiguousCommits: ambiguous, stored: result.stored, lost, duplicateEffects: result.duplicate_counter,
-    redelivered: result.redelivered, deliveredInline: result.deliveredInline, stuckJobs: result.stuck, discardedJobs: result.discarded, workerCrashes: crashes, drainMs,
-    totalMs: Date.now() - started,
+    ambiguousCommits: ticks.ambiguous, stored: result.stored, lost, duplicateEffects: result.duplicate_counter,
+    redelivered: result.redelivered, deliveredInline: result.deliveredInline, stuckJobs: result.stuck, discardedJobs: result.discarded,
+    lean: {
+      acknowledged: leans.acknowledged.size, ambiguousCommits: leans.ambiguous, stored: lean.stored, lost: leanLost,
+      redelivered: lean.redelivered, deliveredInline: lean.inline, stuckJobs: lean.stuck, discardedJobs: lean.discarded,
+    },
+    workerCrashes: crashes, drainMs, totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));
   await producer.stop();
-  const failed = lost > 0 || summary.duplicateEffects > 0 || summary.stuckJobs > 0 || summary.discardedJobs > 0 || crashes > 0;
-  if (!failed) await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade`));
-  if (failed) {
-    console.error('chaos: FAILED (lost, duplicated, stuck or discarded work, or a crashed worker); schema kept for inspection: ' + schema);
+  await leanProducer.stop();
+  const reasons = [
+    lost > 0 && `${lost} events lost`,
+    summary.duplicateEffects > 0 && `${summary.duplicateEffects} duplicate transactional effects`,
+    summary.stuckJobs + lean.stuck > 0 && `${summary.stuckJobs + lean.stuck} jobs stuck`,
+    summary.discardedJobs + lean.discarded > 0 && `${summary.discardedJobs + lean.discarded} jobs discarded`,
+    leanLost > 0 && `${leanLost} lean events lost`,
+    leanInlineShare < LEAN_INLINE_MIN && `only ${(leanInlineShare * 100).toFixed(0)} % of lean deliveries were inline (at least ${LEAN_INLINE_MIN * 100} % expected): the run did not exercise the lean path`,
+    crashes > 0 && `${crashes} workers crashed`,
+  ].filter((r): r is string => typeof r === 'string');
+  if (reasons.length === 0) await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));
+  if (reasons.length > 0) {
+    console.error(`chaos: FAILED: ${reasons.join('; ')}; schemas kept for inspection: ${schema}, ${leanSchema}`);
     process.exit(1);
   }
   console.error('chaos: passed');

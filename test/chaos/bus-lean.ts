@@ -1,0 +1,32 @@
+// The second bus of the chaos run (`rea run test/chaos/bus-lean.ts`), on a schema of its own:
+// one plain handler and nothing else, so its relay rounds take the lean inline path (claim, one
+// update, the handler run inside the round, COMMIT) that figure 1 of the bench measures. Its
+// effect is an append through a pool of its own, as a call to another system would be: it never
+// waits for rea's connections, so its deliveries finish inside the round.
+import { createBus, defineEvents } from 'rea';
+import pg from 'pg';
+import { z } from 'zod';
+
+const url = process.env.CHAOS_DATABASE_URL!;
+const schema = process.env.CHAOS_SCHEMA!;
+
+export const events = defineEvents({ 'chaos.lean': z.object({ seq: z.number().int() }) });
+
+export const bus = createBus({
+  database: { postgres: url, poolSize: 4 },
+  schema,
+  events,
+  relay: { inlineMs: 50 },
+  worker: { concurrency: 8, leaseMarginMs: 1000 },
+  leader: { ttlMs: 3000, renewMs: 1000 },
+  rescuer: { intervalMs: 500 },
+});
+
+const effects = new pg.Pool({ connectionString: url, max: 4, application_name: 'chaos-effects' });
+// A connection the restart or pg_terminate_backend ends must not crash the worker; the handler's
+// query fails instead, and the delivery is retried.
+effects.on('error', () => {});
+
+bus.on('chaos.lean', 'mark', async (event) => {
+  await effects.query(`insert into "${schema}".chaos_marks (event_id) values ($1)`, [event.id]);
+}, { timeoutMs: 3000, backoff: () => 200, maxAttempts: 25 });
