@@ -30,7 +30,7 @@ import { Leader } from './maintenance/leader.js';
 import { Retention, type AppTableRetention, type RetentionReport } from './maintenance/retention.js';
 import { Rescuer } from './maintenance/rescuer.js';
 import { Vacuum } from './maintenance/vacuum.js';
-import { ServiceRunner } from './maintenance/service.js';
+import { MaintenanceLane, ServiceRunner } from './maintenance/service.js';
 import { Relay } from './relay/relay.js';
 import { deferInto, isReaTransaction, makeTransaction, type Transaction, type TransactionState } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
@@ -267,16 +267,19 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
     handOff: workerOptions.enabled !== false && relayOptions.handOff ? worker : undefined,
   });
+  // The rescuer returns stuck jobs: it runs on its own, never behind a long retention pass. The
+  // housekeeping passes take turns in one lane, so maintenance holds at most two connections.
+  const housekeeping = new MaintenanceLane();
   const maintenance = [new ServiceRunner(new Rescuer(driver, o.rescuer?.intervalMs ?? DEFAULTS.rescuer.intervalMs, o.rescuer?.batchSize ?? DEFAULTS.rescuer.batchSize, { clock, lifecycle }), log)];
   maintenance.push(
-    new ServiceRunner(new Vacuum(driver, o.vacuum?.intervalMs ?? DEFAULTS.vacuum.intervalMs, o.vacuum?.mode ?? DEFAULTS.vacuum.mode, { lifecycle, log }), log),
+    new ServiceRunner(new Vacuum(driver, o.vacuum?.intervalMs ?? DEFAULTS.vacuum.intervalMs, o.vacuum?.mode ?? DEFAULTS.vacuum.mode, { lifecycle, log }), log, housekeeping),
     new ServiceRunner(new EndpointHealth(driver, {
       intervalMs: webhookOptions.healthIntervalMs, disableAfterMs: webhookOptions.disableAfterMs, batchSize: 1000,
-    }, { clock, lifecycle }), log),
+    }, { clock, lifecycle }), log, housekeeping),
     new ServiceRunner(new AttemptRetention(driver, {
       intervalMs: webhookOptions.attemptRetentionIntervalMs, olderThanMs: webhookOptions.attemptRetentionMs,
       batchSize: webhookOptions.attemptRetentionBatchSize, pauseMs: 100,
-    }, { clock, lifecycle }), log),
+    }, { clock, lifecycle }), log, housekeeping),
   );
   const retentionSettings = {
     ...DEFAULTS.retention, ...o.retention,
@@ -448,7 +451,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         heartbeat.unref();
       }
       // Retention rules are known only now: retention.register() may be called until start().
-      if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log));
+      if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log, housekeeping));
       leader.start();
     },
 

@@ -91,4 +91,66 @@ describe.each(targets)('leader and workers on $name', (target) => {
     expect(jobChildren[0]).toMatchObject({ handler: 'logs-once', attempt: 1 });
     expect(lines.filter((l) => l.step === 'third')).toEqual([expect.objectContaining({ handler: 'logs-once', msg: 'only this one logs' })]);
   });
+  test('the leader\'s housekeeping passes take turns: one connection, not one per retention rule', async () => {
+    const bus = await testBus(target, events, { leader: { ttlMs: 2000, renewMs: 500 } });
+    // Every statement a housekeeping pass makes is slowed down, so passes that ran together
+    // would overlap here (they all start when the process becomes leader).
+    let inFlight = 0;
+    let peak = 0;
+    let calls = 0;
+    const slow = (owner: Record<string, any>, method: string) => {
+      const original = owner[method].bind(owner);
+      owner[method] = async (...args: unknown[]) => {
+        calls++;
+        peak = Math.max(peak, ++inFlight);
+        try {
+          await new Promise((r) => setTimeout(r, 30));
+          return await original(...args);
+        } finally {
+          inFlight--;
+        }
+      };
+    };
+    for (const m of ['retentionDelete', 'handlerSchedules', 'autovacuumEnabled', 'vacuumTables']) slow(bus.driver.operations, m);
+    for (const m of ['attemptDeleteOlder', 'endpointDisableFailing']) slow(bus.driver.webhooks, m);
+    // The first pass of every retention rule (events, three job states, consumes) ends the wait.
+    const passes = new Set<string>();
+    const allPassed = new Promise<void>((resolve) => bus.lifecycle.on('retention:pass', (r) => {
+      passes.add(r.rule);
+      if (passes.size === 5) resolve();
+    }));
+    await bus.start();
+    await allPassed;
+    expect(calls).toBeGreaterThanOrEqual(7); // retention ×5 (+ consumes' window), endpoint health, attempt retention
+    expect(peak).toBe(1);
+  });
+
+  test('a long housekeeping pass does not hold back the rescuer', async () => {
+    const bus = await testBus(target, events, { leader: { ttlMs: 2000, renewMs: 500 }, rescuer: { intervalMs: 50 } });
+    let retentionRunning = false;
+    let rescuesDuringRetention = 0;
+    const retentionDelete = bus.driver.operations.retentionDelete.bind(bus.driver.operations);
+    const firstStarted = new Promise<void>((started) => {
+      bus.driver.operations.retentionDelete = async (...args) => {
+        retentionRunning = true;
+        started();
+        try {
+          await new Promise((r) => setTimeout(r, 1000)); // a pass over much history
+          return await retentionDelete(...args);
+        } finally {
+          retentionRunning = false;
+        }
+      };
+    });
+    const jobRescue = bus.driver.executor.jobRescue.bind(bus.driver.executor);
+    bus.driver.executor.jobRescue = async (...args) => {
+      if (retentionRunning) rescuesDuringRetention++;
+      return jobRescue(...args);
+    };
+    await bus.start();
+    await firstStarted;
+    await new Promise((r) => setTimeout(r, 600));
+    expect(retentionRunning).toBe(true);
+    expect(rescuesDuringRetention).toBeGreaterThanOrEqual(3);
+  });
 });

@@ -9,6 +9,23 @@ export interface MaintenanceService {
   runOnce(): Promise<unknown>;
 }
 
+/**
+ * Runs passes one at a time. The housekeeping services of a process (retention rules, vacuum,
+ * endpoint health, attempt retention) share one: each pass holds a pool connection, and all of
+ * them starting together when this process becomes leader took seven connections at once from
+ * the pool the relay and the workers use (an idle bus opened ten, a forked backend each).
+ */
+export class MaintenanceLane {
+  private tail: Promise<unknown> = Promise.resolve();
+
+  /** Runs fn once every pass queued before it has ended. */
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const pass = this.tail.then(fn);
+    this.tail = pass.catch(() => undefined);
+    return pass;
+  }
+}
+
 export class ServiceRunner {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
@@ -17,7 +34,8 @@ export class ServiceRunner {
   // stops its chain, so leadership lost and regained during a pass never leaves two chains.
   private generation = 0;
 
-  constructor(private readonly service: MaintenanceService, private readonly log: Logger) {}
+  /** lane: shared with other services so that their passes never overlap; none: passes run on their own. */
+  constructor(private readonly service: MaintenanceService, private readonly log: Logger, private readonly lane?: MaintenanceLane) {}
 
   start(): void {
     if (this.started) return;
@@ -44,7 +62,10 @@ export class ServiceRunner {
       // A pass of an earlier start may still be in flight: never run two at once.
       if (this.running) await this.running;
       if (generation !== this.generation) return;
-      const pass = this.service.runOnce().catch((err) => this.log.warn({ err: errorMessage(err), service: this.service.name }, 'maintenance pass failed'));
+      // Queued in a lane behind another service's pass, it may be stopped before its turn.
+      const runOnce = () => (generation === this.generation ? this.service.runOnce() : Promise.resolve());
+      const pass = (this.lane ? this.lane.run(runOnce) : runOnce())
+        .catch((err) => this.log.warn({ err: errorMessage(err), service: this.service.name }, 'maintenance pass failed'));
       this.running = pass;
       await pass;
       if (this.running === pass) this.running = undefined;
