@@ -9,8 +9,16 @@ interface PgQueryable {
   query(config: { name?: string; text: string; values?: unknown[] } | string, values?: unknown[]): Promise<any>;
 }
 
+/**
+ * Statement names by statement set (one set per driver): a transaction or a caller's client gets a
+ * new queryable each time, and hashing every statement again on each (a record() on the caller's
+ * client, a transactional handler's completion) cost a SHA-1 per statement.
+ */
+const namesBySet = new WeakMap<ReadonlySet<string>, Map<string, string>>();
+
 export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>): Queryable {
-  const names = new Map<string, string>();
+  const names = namesBySet.get(statements) ?? new Map<string, string>();
+  namesBySet.set(statements, names);
   const nameFor = (text: string) => {
     let name = names.get(text);
     if (!name) {
