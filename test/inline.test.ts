@@ -220,6 +220,40 @@ describe('inline delivery on postgres', () => {
     expect((await v.events())[0]).toMatchObject({ fanned: true, delivered_inline: null });
   });
 
+  test('a round waiting for a slow handler does not hold back an event committed meanwhile: it gets a round beside it', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 10_000 } });
+    const v = views(target, bus.schema);
+    const slowStarted = deferred();
+    const release = deferred();
+    const ran: number[] = [];
+    const secondRan = deferred();
+    bus.on('order.created', 'ship', async (event) => {
+      ran.push(event.payload.n);
+      if (event.payload.n === 1) {
+        slowStarted.resolve();
+        await release.promise;
+      } else {
+        secondRan.resolve();
+      }
+    });
+    await bus.start();
+    await recordAll(bus, [1]);
+    await slowStarted.promise; // the first round now waits (up to 10 s) for this delivery
+    await recordAll(bus, [2]);
+    // Without a round beside it, the second event would wait for the first round's end, which
+    // comes only with the release below.
+    const outcome = await Promise.race([
+      secondRan.promise.then(() => 'delivered'),
+      new Promise((resolve) => setTimeout(() => resolve('held back behind the first round'), 3000)),
+    ]);
+    release.resolve();
+    expect(outcome).toBe('delivered');
+    expect(ran).toEqual([1, 2]);
+    // Both deliveries were inline, each in its own round: no job rows.
+    await vi.waitFor(async () => expect((await v.events()).map((e) => e.delivered_inline)).toEqual([['ship'], ['ship']]));
+    expect(await v.jobs()).toEqual([]);
+  });
+
   test('an idle relay asks with one statement whether there is an event, opening no transaction; the next event is still delivered inline', async () => {
     const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50, minPollMs: 2, maxPollMs: 10 } });
     const v = views(target, bus.schema);

@@ -55,11 +55,20 @@ const inlineIdleLimitMs = (inlineMs: number) => Math.max(10_000, inlineMs * 10);
  */
 export const LEAN_RETRY_ROUNDS = 16;
 
+/**
+ * A commit seen while an inline round has waited this long for its deliveries (a slow handler
+ * keeps it open, for up to inlineMs) gets a round of its own beside it, within `concurrency`,
+ * instead of waiting for that round to end. Most inline rounds wait well under a millisecond.
+ */
+export const ROUND_BESIDE_AFTER_MS = 5;
+
 export class Relay {
   private readonly loop: PollLoop;
   private readonly drainers = new Set<Promise<void>>();
-  /** Inline rounds waiting for their deliveries; stop() ends their waits. */
-  private readonly waiting = new Set<InlineRound>();
+  /** Inline rounds waiting for their deliveries, and since when; stop() ends their waits. */
+  private readonly waiting = new Map<InlineRound, number>();
+  /** Set while a commit seen during a short wait is to be looked at again (roundBesideWaiting). */
+  private besideTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   private running = false;
   /** The last round was full and queued jobs: no hand-off until a round is not full. */
@@ -105,12 +114,34 @@ export class Relay {
 
   wake(): void {
     this.loop.wake();
+    this.roundBesideWaiting();
+  }
+
+  /**
+   * A commit was seen: if an inline round has waited ROUND_BESIDE_AFTER_MS for its deliveries, run
+   * a round beside it now (SKIP LOCKED keeps it on other events: the ones just committed); if one
+   * waits but not that long yet, look again when it will have.
+   */
+  private roundBesideWaiting(): void {
+    if (this.waiting.size === 0 || this.besideTimer) return;
+    const waited = performance.now() - Math.min(...this.waiting.values());
+    if (waited >= ROUND_BESIDE_AFTER_MS) {
+      this.spawnRound(true);
+      return;
+    }
+    this.besideTimer = setTimeout(() => {
+      this.besideTimer = undefined;
+      this.roundBesideWaiting();
+    }, ROUND_BESIDE_AFTER_MS - waited);
+    this.besideTimer.unref?.();
   }
 
   async stop(): Promise<void> {
+    clearTimeout(this.besideTimer);
+    this.besideTimer = undefined;
     this.running = false;
     this.stopping = true;
-    for (const round of this.waiting) round.stopWaiting();
+    for (const round of this.waiting.keys()) round.stopWaiting();
     await this.loop.stop();
     await Promise.all(this.drainers);
   }
@@ -120,16 +151,25 @@ export class Relay {
    * coming back full. SKIP LOCKED keeps concurrent rounds on disjoint events.
    */
   private spawnDrainers(): void {
-    while (this.running && this.drainers.size < this.options.concurrency - 1) {
-      const drainer: Promise<void> = (async () => {
-        try {
-          while (this.running && (await this.round()) === 'full');
-        } catch (err) {
-          this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
-        }
-      })().finally(() => this.drainers.delete(drainer));
-      this.drainers.add(drainer);
-    }
+    while (this.spawnRound(false));
+  }
+
+  /**
+   * Runs rounds beside the poll loop, while they come back full, if fewer than `concurrency` run
+   * (the loop's included); false when there was no room. `woken`: its first round is for a commit seen.
+   */
+  private spawnRound(woken: boolean): boolean {
+    if (!this.running || this.drainers.size >= this.options.concurrency - 1) return false;
+    const drainer: Promise<void> = (async () => {
+      try {
+        let outcome = await this.round({ woken });
+        while (this.running && outcome === 'full') outcome = await this.round();
+      } catch (err) {
+        this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
+      }
+    })().finally(() => this.drainers.delete(drainer));
+    this.drainers.add(drainer);
+    return true;
   }
 
   /** One round; exposed for tests and the CLI. `woken`: a wake-up (a commit was seen) asked for it. */
@@ -197,7 +237,7 @@ export class Relay {
         reserved = false;
         round = handOff.startInline(r.inline);
         if (this.stopping) round.stopWaiting();
-        this.waiting.add(round);
+        this.waiting.set(round, performance.now());
         try {
           await round.wait(this.options.inlineMs);
         } finally {
