@@ -6,21 +6,11 @@
 import { createBus, defineEvents } from 'rea';
 import pg from 'pg';
 import { z } from 'zod';
-
-const url = process.env.CHAOS_DATABASE_URL!;
-const schema = process.env.CHAOS_SCHEMA!;
+import { schema, url, workerOptions } from './worker-options.js';
 
 export const events = defineEvents({ 'chaos.lean': z.object({ seq: z.number().int() }) });
 
-export const bus = createBus({
-  database: { postgres: url, poolSize: 4 },
-  schema,
-  events,
-  relay: { inlineMs: 50 },
-  worker: { concurrency: 8, leaseMarginMs: 1000 },
-  leader: { ttlMs: 3000, renewMs: 1000 },
-  rescuer: { intervalMs: 500 },
-});
+export const bus = createBus({ ...workerOptions, events });
 
 const effects = new pg.Pool({ connectionString: url, max: 4, application_name: 'chaos-effects' });
 // A connection the restart or pg_terminate_backend ends must not crash the worker; the handler's

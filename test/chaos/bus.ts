@@ -2,22 +2,12 @@
 // counts each event in the same transaction as its completion, one plain handler that appends.
 import { createBus, defineEvents } from 'rea';
 import { z } from 'zod';
-
-const url = process.env.CHAOS_DATABASE_URL!;
-const schema = process.env.CHAOS_SCHEMA!;
+import { schema, workerOptions } from './worker-options.js';
 
 export const events = defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) });
 
-export const bus = createBus({
-  database: { postgres: url, poolSize: 4 },
-  schema,
-  events,
-  // Inline delivery on, so the no-loss claim covers it: the append handler runs in relay rounds.
-  relay: { inlineMs: 50 },
-  worker: { concurrency: 8, leaseMarginMs: 1000 },
-  leader: { ttlMs: 3000, renewMs: 1000 },
-  rescuer: { intervalMs: 500 },
-});
+// Inline delivery is on (workerOptions): the append handler runs in relay rounds when it can.
+export const bus = createBus({ ...workerOptions, events });
 
 bus.on('chaos.tick', 'counter', async (event, ctx) => {
   await ctx.tx!.query(
