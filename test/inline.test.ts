@@ -254,6 +254,39 @@ describe('inline delivery on postgres', () => {
     expect(await v.jobs()).toEqual([]);
   });
 
+  test('a commit seen while the idle probe hangs (a database that stalls) gets a round beside it, with the worker\'s room', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50 } });
+    const v = views(target, bus.schema);
+    const delivered = deferred();
+    bus.on('order.created', 'ship', () => delivered.resolve());
+    // Once armed, the next probe hangs until released, as one caught in a stall would.
+    const probe = bus.driver.executor.eventClaimable.bind(bus.driver.executor);
+    const hung = deferred();
+    const release = deferred();
+    let armed = false;
+    bus.driver.executor.eventClaimable = async () => {
+      if (armed) {
+        armed = false;
+        hung.resolve();
+        await release.promise;
+      }
+      return probe();
+    };
+    await bus.start();
+    armed = true;
+    await hung.promise;
+    await recordAll(bus, [1]);
+    const outcome = await Promise.race([
+      delivered.promise.then(() => 'delivered'),
+      new Promise((resolve) => setTimeout(() => resolve('held back behind the probe'), 3000)),
+    ]);
+    release.resolve();
+    expect(outcome).toBe('delivered');
+    // Inline, in the round beside the probe: no job row.
+    await vi.waitFor(async () => expect((await v.events()).map((e) => e.delivered_inline)).toEqual([['ship']]));
+    expect(await v.jobs()).toEqual([]);
+  });
+
   test('an idle relay asks with one statement whether there is an event, opening no transaction; the next event is still delivered inline', async () => {
     const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50, minPollMs: 2, maxPollMs: 10 } });
     const v = views(target, bus.schema);

@@ -57,8 +57,9 @@ export const LEAN_RETRY_ROUNDS = 16;
 
 /**
  * A commit seen while an inline round has waited this long for its deliveries (a slow handler
- * keeps it open, for up to inlineMs) gets a round of its own beside it, within `concurrency`,
- * instead of waiting for that round to end. Most inline rounds wait well under a millisecond.
+ * keeps it open, for up to inlineMs), or while the idle probe has been in flight this long (a
+ * database that stalls), gets a round of its own beside it, within `concurrency`, instead of
+ * waiting for it to end. Most inline rounds wait, and most probes take, well under a millisecond.
  */
 export const ROUND_BESIDE_AFTER_MS = 5;
 
@@ -67,6 +68,8 @@ export class Relay {
   private readonly drainers = new Set<Promise<void>>();
   /** Inline rounds waiting for their deliveries, and since when; stop() ends their waits. */
   private readonly waiting = new Map<InlineRound, number>();
+  /** When the idle probe in flight (eventClaimable) was sent; undefined when none is. */
+  private probingSince: number | undefined;
   /** Set while a commit seen during a short wait is to be looked at again (roundBesideWaiting). */
   private besideTimer: NodeJS.Timeout | undefined;
   private stopping = false;
@@ -118,13 +121,14 @@ export class Relay {
   }
 
   /**
-   * A commit was seen: if an inline round has waited ROUND_BESIDE_AFTER_MS for its deliveries, run
-   * a round beside it now (SKIP LOCKED keeps it on other events: the ones just committed); if one
-   * waits but not that long yet, look again when it will have.
+   * A commit was seen: if an inline round has waited ROUND_BESIDE_AFTER_MS for its deliveries, or
+   * the idle probe has been in flight that long (a database that stalls), run a round beside it
+   * now (SKIP LOCKED keeps it on other events: the ones just committed); if one waits but not that
+   * long yet, look again when it will have.
    */
   private roundBesideWaiting(): void {
-    if (this.waiting.size === 0 || this.besideTimer) return;
-    const waited = performance.now() - Math.min(...this.waiting.values());
+    if ((this.waiting.size === 0 && this.probingSince === undefined) || this.besideTimer) return;
+    const waited = performance.now() - Math.min(...this.waiting.values(), this.probingSince ?? Infinity);
     if (waited >= ROUND_BESIDE_AFTER_MS) {
       this.spawnRound(true);
       return;
@@ -175,22 +179,27 @@ export class Relay {
   /** One round; exposed for tests and the CLI. `woken`: a wake-up (a commit was seen) asked for it. */
   async round({ woken = false }: { woken?: boolean } = {}): Promise<'full' | 'some' | 'none'> {
     const inline = this.options.inlineMs > 0 && this.driver.capabilities.inlineDelivery && this.deps.handOff !== undefined && 'startInline' in this.deps.handOff;
-    const reservation = this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined;
+    const reserve = () => (this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined);
+    let reservation = reserve();
     if (reservation?.targets.some((t) => t.inline)) {
       // A poll after a round that drained the events (an idle relay's, or the one right after a
       // delivery) is one round trip to learn there is nothing, not an empty transaction. A wake-up
       // says a commit just recorded events, and a full round left more: those go straight to them.
       if (this.drained && !woken) {
-        const claimable = await this.driver.executor.eventClaimable().catch((err: unknown) => {
-          this.deps.handOff!.acceptHandOff(reservation, []);
-          throw err;
-        });
-        if (!claimable) {
-          this.deps.handOff!.acceptHandOff(reservation, []);
-          return 'none';
+        // The probe holds none of the worker's room: a round started beside it, for a commit seen
+        // while it is slow (roundBesideWaiting), needs that room for its inline deliveries.
+        this.deps.handOff!.acceptHandOff(reservation, []);
+        this.probingSince = performance.now();
+        let claimable: boolean;
+        try {
+          claimable = await this.driver.executor.eventClaimable();
+        } finally {
+          this.probingSince = undefined;
         }
+        if (!claimable) return 'none';
+        reservation = reserve();
       }
-      return this.inlineRound(reservation);
+      if (reservation?.targets.some((t) => t.inline)) return this.inlineRound(reservation);
     }
     let result: FanOutResult;
     try {
