@@ -6,8 +6,8 @@
 // Alongside, on a schema of its own, a second group of workers (test/chaos/bus-lean.ts) takes
 // ~200 events/s whose only handler is a plain one, so their rounds run the lean inline path (the
 // handler inside the relay's open transaction, no job row) under the same faults: every such
-// event must have at least one effect, nothing may be stuck, and most deliveries must have been
-// inline, or the run did not test that path and fails.
+// event must have at least one effect, nothing may be stuck, and a quarter of the deliveries at
+// least must have been inline, or the run did not test that path and fails.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
@@ -26,8 +26,12 @@ const RATE = 500;
 const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
-/** Below this share of lean deliveries made inline, the run did not exercise the lean path. */
-const LEAN_INLINE_MIN = 0.5;
+/**
+ * Below this share of lean deliveries made inline, the run did not exercise the lean path. Runs
+ * here made 72-99 % inline: after a restart, failed deliveries wait in the queue as rows, and
+ * while they do, new events of that handler get rows too (no overtaking).
+ */
+const LEAN_INLINE_MIN = 0.25;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
 const DB = 'rea_chaos';
 const URL_ = `${BASE_URL}/${DB}`;
