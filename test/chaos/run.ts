@@ -28,8 +28,9 @@ const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
 /**
  * Below this share of lean deliveries made inline, the run did not exercise the lean path. Runs
- * here made 72-99 % inline: after a restart, failed deliveries wait in the queue as rows, and
- * while they do, new events of that handler get rows too (no overtaking).
+ * here made 72-99 % inline, fewer on a loaded machine: a delivery that fails or outlasts its
+ * round's wait gets a row, and while a row of that handler waits, its new events get rows too
+ * (no overtaking).
  */
 const LEAN_INLINE_MIN = 0.25;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
