@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { Batcher } from '../src/core/batcher.js';
 import { storable } from '../src/core/errors-format.js';
 import { defineEvents } from '../src/index.js';
-import { ServiceRunner } from '../src/maintenance/service.js';
+import { MaintenanceLane, ServiceRunner } from '../src/maintenance/service.js';
 import { quickBackoff, targets, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
 import { captureLogger } from './helpers/log.js';
@@ -248,5 +248,39 @@ describe('maintenance runner', () => {
     // One chain: a pass every ~90 ms (40 ms of work, 50 ms apart) → about 6 in 500 ms; two chains would make about 11.
     expect(after).toBeLessThanOrEqual(8);
     expect(passes).toBe(after); // nothing runs after stop()
+  });
+
+  it('a pass queued in the lane behind another service\'s is not waited for at stop, never runs, and logs no warning', async () => {
+    const warnings: string[] = [];
+    const watched = { ...log, warn(_o: unknown, msg: string) { warnings.push(msg); } };
+    const lane = new MaintenanceLane();
+    let release!: () => void;
+    const long = new Promise<void>((r) => (release = r));
+    let longStarted = false;
+    let queuedRan = 0;
+    const busy = new ServiceRunner({ name: 'retention', intervalMs: 60_000, runOnce: async () => { longStarted = true; await long; } }, watched, lane);
+    const queued = new ServiceRunner({ name: 'vacuum', intervalMs: 60_000, runOnce: async () => { queuedRan++; } }, watched, lane);
+    busy.start();
+    await sleep(5);
+    queued.start();
+    await sleep(20); // its pass is queued behind the long one
+    expect(longStarted).toBe(true);
+    const t0 = performance.now();
+    await queued.stop(200);
+    expect(performance.now() - t0).toBeLessThan(100);
+    expect(warnings).toEqual([]);
+    release();
+    await busy.stop();
+    await sleep(20);
+    expect(queuedRan).toBe(0);
+
+    // A pass at work is still waited for, up to the limit, and then named in the warning.
+    const stuck = new ServiceRunner({ name: 'endpoint-health', intervalMs: 60_000, runOnce: () => new Promise(() => {}) }, watched, lane);
+    stuck.start();
+    await sleep(20);
+    const t1 = performance.now();
+    await stuck.stop(100);
+    expect(performance.now() - t1).toBeGreaterThanOrEqual(90);
+    expect(warnings).toEqual(['maintenance pass still running at stop; not waiting for it']);
   });
 });

@@ -9,6 +9,12 @@ import { PG_URL, targets, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/**
+ * alerts.handlerUnattendedMs in these tests, against a heartbeat every 50 ms: wide enough that a
+ * heartbeat held up by a loaded machine (PGlite answering one statement at a time, 317 ms seen
+ * once at 200) is not taken for a handler nobody runs.
+ */
+const UNATTENDED_MS = 1000;
 
 describe.each(targets)('stored handlers on $name', (target) => {
   const test = it.skipIf(!target.available);
@@ -20,7 +26,7 @@ describe.each(targets)('stored handlers on $name', (target) => {
     await v1.start();
     await v1.stop();
     const v2 = await testBus(target, events, {
-      schema: v1.schema, alerts: { handlerUnattendedMs: 200 }, worker: { heartbeatMs: 50 },
+      schema: v1.schema, alerts: { handlerUnattendedMs: UNATTENDED_MS }, worker: { heartbeatMs: 50 },
       retention: { enabled: false, events: { olderThanMs: 1 } },
     });
     v2.on('order.placed', 'sms', () => {});
@@ -28,7 +34,7 @@ describe.each(targets)('stored handlers on $name', (target) => {
     await v2.start();
     const id = await v2.transaction((tx) => v2.record(tx, 'order.placed', { n: 1 }));
     await done;
-    await sleep(300); // past the threshold: 'sms' is refreshed every 50 ms, 'old-sms' never again
+    await sleep(UNATTENDED_MS + 200); // past the threshold: 'sms' is refreshed every 50 ms, 'old-sms' never again
 
     const jobs = Object.fromEntries((await v2.jobs.forEvent(id)).map((j) => [j.target, j.state]));
     expect(jobs).toEqual({ sms: 'completed', 'old-sms': 'available' });
@@ -38,7 +44,7 @@ describe.each(targets)('stored handlers on $name', (target) => {
     const listed = Object.fromEntries((await v2.handlers.list()).map((h) => [h.name, h]));
     expect(listed['old-sms']).toMatchObject({ patterns: ['order.placed'], waiting: 1, running: 0 });
     expect(listed.sms).toMatchObject({ waiting: 0 });
-    expect(listed.sms!.readAt.getTime() - listed.sms!.seenAt.getTime()).toBeLessThan(200);
+    expect(listed.sms!.readAt.getTime() - listed.sms!.seenAt.getTime()).toBeLessThan(UNATTENDED_MS);
     // Its waiting job pins the event: retention leaves it.
     expect((await v2.retention.run()).rules.find((r) => r.rule === 'events')!.removed).toBe(0);
 
@@ -67,11 +73,11 @@ describe.each(targets)('stored handlers on $name', (target) => {
     const held = new Promise<void>((r) => (release = r));
     worker.on('order.placed', 'slow', () => held, { concurrency: 1 });
     await worker.start();
-    const admin = await testBus(target, events, { schema: worker.schema, relay: { enabled: false }, worker: { enabled: false }, alerts: { handlerUnattendedMs: 200 } });
+    const admin = await testBus(target, events, { schema: worker.schema, relay: { enabled: false }, worker: { enabled: false }, alerts: { handlerUnattendedMs: UNATTENDED_MS } });
     await admin.start();
     for (let n = 0; n < 3; n++) await admin.transaction((tx) => admin.record(tx, 'order.placed', { n }));
     await admin.relayOnce();
-    await sleep(400);
+    await sleep(UNATTENDED_MS + 300); // its jobs wait past the threshold, its heartbeat does not
     const listed = (await admin.handlers.list()).find((h) => h.name === 'slow')!;
     expect(listed.waiting + listed.running).toBe(3);
     expect((await admin.overview()).alerts.map((a) => a.name)).not.toContain('handler_unattended');

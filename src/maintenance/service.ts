@@ -29,6 +29,8 @@ export class MaintenanceLane {
 export class ServiceRunner {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
+  /** The pass that has started its work; a pass still queued in the lane is not one. */
+  private working: Promise<unknown> | undefined;
   private started = false;
   // Bumped by every start() and stop(): a timer or pass of an earlier start sees it changed and
   // stops its chain, so leadership lost and regained during a pass never leaves two chains.
@@ -43,16 +45,21 @@ export class ServiceRunner {
     this.schedule(0, ++this.generation);
   }
 
-  /** Stops the chain and waits for a pass in flight, at most `waitMs` (a pass stuck on a lock is left to end on its own). */
+  /**
+   * Stops the chain and waits for a pass at work, at most `waitMs` (a pass stuck on a lock is left
+   * to end on its own). A pass still queued in the lane behind another service's is not waited
+   * for: when its turn comes it sees the chain stopped and does nothing.
+   */
   async stop(waitMs = Infinity): Promise<void> {
     this.started = false;
     this.generation++;
     clearTimeout(this.timer);
     this.timer = undefined;
-    if (!this.running) return;
-    if (waitMs === Infinity) return void (await this.running);
+    const working = this.working;
+    if (!working) return;
+    if (waitMs === Infinity) return void (await working);
     let timer: NodeJS.Timeout | undefined;
-    const waited = await Promise.race([this.running.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), waitMs)))]);
+    const waited = await Promise.race([working.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), waitMs)))]);
     clearTimeout(timer);
     if (!waited) this.log.warn({ service: this.service.name, waited_ms: waitMs }, 'maintenance pass still running at stop; not waiting for it');
   }
@@ -63,7 +70,16 @@ export class ServiceRunner {
       if (this.running) await this.running;
       if (generation !== this.generation) return;
       // Queued in a lane behind another service's pass, it may be stopped before its turn.
-      const runOnce = () => (generation === this.generation ? this.service.runOnce() : Promise.resolve());
+      const runOnce = () => {
+        if (generation !== this.generation) return Promise.resolve();
+        const work = this.service.runOnce();
+        const done = () => {
+          if (this.working === work) this.working = undefined;
+        };
+        this.working = work;
+        work.then(done, done);
+        return work;
+      };
       const pass = (this.lane ? this.lane.run(runOnce) : runOnce())
         .catch((err) => this.log.warn({ err: errorMessage(err), service: this.service.name }, 'maintenance pass failed'));
       this.running = pass;
