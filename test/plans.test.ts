@@ -1,0 +1,49 @@
+// Query plans that must not depend on how fresh the statistics are. A queue table's statistics
+// lag behind it: analyzed while few jobs ran, it may hold thousands of running jobs by the time
+// a worker finishes its batch. These tests make that state and read the plan PostgreSQL picks.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineEvents } from '../src/index.js';
+import { postgresStatements } from '../src/drivers/postgres/sql.js';
+import { targets, testBus } from './helpers/db.js';
+
+const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
+
+describe.each(targets)('plans on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('finishing a batch probes each job by primary key, not every running job through jobs_lease_idx', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const s = `"${bus.schema}"`;
+    const sql = postgresStatements(s);
+    // A day of finished jobs (too many to read them all for a batch of 200), analyzed, then 2,000
+    // of them running again: the statistics say almost no job runs.
+    await target.query(`insert into ${s}.jobs (event_id, kind, target, state, attempt, max_attempts, lease_ms, finalized_at)
+      select gen_random_uuid(), 'handler', 'mailer', 'completed', 1, 5, 30000, now() from generate_series(1, 30000)`);
+    await target.query(`analyze ${s}.jobs`);
+    await target.query(`update ${s}.jobs set state = 'running', finalized_at = null, lease_expires_at = now() + interval '30 seconds' where id <= 2000`);
+
+    const ids = Array.from({ length: 200 }, (_, k) => String(k + 1));
+    const attempts = ids.map(() => 1);
+    const now = null;
+    const batches: [string, string, unknown[]][] = [
+      ['jobCompleteMany', sql.jobCompleteMany, [ids, attempts, now]],
+      ['jobReleaseMany', sql.jobReleaseMany, [ids, attempts]],
+      ['jobFailMany', sql.jobFailMany, [ids, attempts, ids.map(() => 'retryable'), ids.map(() => null), ids.map(() => '{}'), now, ids.map(() => false)]],
+    ];
+    for (const [name, text, params] of batches) {
+      const [row] = await target.query<{ 'QUERY PLAN': unknown }>(`explain (format json) ${text}`, params);
+      const plan = JSON.stringify(row!['QUERY PLAN']);
+      expect({ name, usesPrimaryKey: plan.includes('"jobs_pkey"'), readsLeaseIndex: plan.includes('"jobs_lease_idx"') })
+        .toEqual({ name, usesPrimaryKey: true, readsLeaseIndex: false });
+    }
+
+    // And it still writes only jobs that are running at that attempt.
+    await target.query(`update ${s}.jobs set attempt = 2 where id = 1`);
+    await target.query(`update ${s}.jobs set state = 'available', lease_expires_at = null where id = 2`);
+    await target.query(sql.jobCompleteMany, [ids, attempts, now]);
+    const states = await target.query<{ state: string; n: number }>(
+      `select state, count(*)::int as n from ${s}.jobs where id <= 200 group by state order by state`);
+    expect(states).toEqual([{ state: 'available', n: 1 }, { state: 'completed', n: 198 }, { state: 'running', n: 1 }]);
+  });
+});
