@@ -9,8 +9,11 @@ import { uuidv7 } from '../src/core/uuid.js';
 
 export const REA_TYPE = 'bench.noop';
 const HANDLER = 'noop';
-/** relay.inlineMs for rea's workers in every figure (RESULTS.md says so). */
-export const REA_INLINE_MS = 50;
+/**
+ * relay.inlineMs for rea's workers in every figure: 50, or `--inline-ms=N` (run.ts passes it to
+ * the worker children through the environment); RESULTS.md says which.
+ */
+export const reaInlineMs = (): number => Number(process.env.REA_BENCH_INLINE_MS ?? 50);
 
 type Api = { createBus: (o: any) => any; defineEvents: (d: any) => any; z: typeof import('zod').z };
 let api: Api | null | undefined;
@@ -77,7 +80,7 @@ export const rea: System = {
 
   async startWorker(schema, concurrency, onJob): Promise<RunningWorker> {
     // Configured for throughput as the README advises: inline delivery (relay.inlineMs) on.
-    const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: REA_INLINE_MS } });
+    const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: reaInlineMs() } });
     bus.on(REA_TYPE, HANDLER, async (event: any) => {
       onJob(event.payload.seq);
     }, { concurrency });
@@ -142,7 +145,7 @@ export const rea: System = {
  * `one` resolves right after that commit.
  */
 export async function reaLatencyBus(schema: string, concurrency: number, onJob: (seq: number) => void) {
-  const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: REA_INLINE_MS } });
+  const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: reaInlineMs() } });
   bus.on(REA_TYPE, HANDLER, async (event: any) => {
     onJob(event.payload.seq);
   }, { concurrency });
