@@ -5,9 +5,28 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
 import { postgresStatements } from '../src/drivers/postgres/sql.js';
-import { targets, testBus } from './helpers/db.js';
+import { postgresAdminStatements } from '../src/drivers/postgres/sql-admin.js';
+import { postgresOperationsStatements } from '../src/drivers/postgres/sql-operations.js';
+import { targets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
+
+/**
+ * A day of finished jobs (too many to read them all for a batch of 200), analyzed, then jobs 1 to
+ * 2,000 set to `state` again: the statistics say almost no job is in that state.
+ */
+async function staleQueue(target: Target, s: string, state: 'running' | 'available'): Promise<void> {
+  await target.query(`insert into ${s}.jobs (event_id, kind, target, state, attempt, max_attempts, lease_ms, finalized_at)
+    select gen_random_uuid(), 'handler', 'mailer', 'completed', 1, 5, 30000, now() from generate_series(1, 30000)`);
+  await target.query(`analyze ${s}.jobs`);
+  const lease = state === 'running' ? `now() + interval '30 seconds'` : 'null';
+  await target.query(`update ${s}.jobs set state = '${state}', finalized_at = null, lease_expires_at = ${lease} where id <= 2000`);
+}
+
+async function planOf(target: Target, text: string, params: unknown[]): Promise<string> {
+  const [row] = await target.query<{ 'QUERY PLAN': unknown }>(`explain (format json) ${text}`, params);
+  return JSON.stringify(row!['QUERY PLAN']);
+}
 
 describe.each(targets)('plans on $name', (target) => {
   const test = it.skipIf(!target.available);
@@ -16,12 +35,7 @@ describe.each(targets)('plans on $name', (target) => {
     const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
     const s = `"${bus.schema}"`;
     const sql = postgresStatements(s);
-    // A day of finished jobs (too many to read them all for a batch of 200), analyzed, then 2,000
-    // of them running again: the statistics say almost no job runs.
-    await target.query(`insert into ${s}.jobs (event_id, kind, target, state, attempt, max_attempts, lease_ms, finalized_at)
-      select gen_random_uuid(), 'handler', 'mailer', 'completed', 1, 5, 30000, now() from generate_series(1, 30000)`);
-    await target.query(`analyze ${s}.jobs`);
-    await target.query(`update ${s}.jobs set state = 'running', finalized_at = null, lease_expires_at = now() + interval '30 seconds' where id <= 2000`);
+    await staleQueue(target, s, 'running');
 
     const ids = Array.from({ length: 200 }, (_, k) => String(k + 1));
     const attempts = ids.map(() => 1);
@@ -32,8 +46,7 @@ describe.each(targets)('plans on $name', (target) => {
       ['jobFailMany', sql.jobFailMany, [ids, attempts, ids.map(() => 'retryable'), ids.map(() => null), ids.map(() => '{}'), now, ids.map(() => false)]],
     ];
     for (const [name, text, params] of batches) {
-      const [row] = await target.query<{ 'QUERY PLAN': unknown }>(`explain (format json) ${text}`, params);
-      const plan = JSON.stringify(row!['QUERY PLAN']);
+      const plan = await planOf(target, text, params);
       expect({ name, usesPrimaryKey: plan.includes('"jobs_pkey"'), readsLeaseIndex: plan.includes('"jobs_lease_idx"') })
         .toEqual({ name, usesPrimaryKey: true, readsLeaseIndex: false });
     }
@@ -45,5 +58,27 @@ describe.each(targets)('plans on $name', (target) => {
     const states = await target.query<{ state: string; n: number }>(
       `select state, count(*)::int as n from ${s}.jobs where id <= 200 group by state order by state`);
     expect(states).toEqual([{ state: 'available', n: 1 }, { state: 'completed', n: 198 }, { state: 'running', n: 1 }]);
+  });
+
+  test('an operator\'s cancel or discard by id probes those jobs, not every waiting job through jobs_claim_idx', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const s = `"${bus.schema}"`;
+    await staleQueue(target, s, 'available');
+    const ids = ['1', '2', '3'];
+    const statements: [string, string][] = [
+      ['jobCancel', postgresOperationsStatements(s).jobCancel],
+      ['jobDiscard', postgresAdminStatements(s).jobDiscard],
+    ];
+    for (const [name, text] of statements) {
+      const plan = await planOf(target, text, [ids, null]);
+      expect({ name, usesPrimaryKey: plan.includes('"jobs_pkey"'), readsClaimIndex: plan.includes('"jobs_claim_idx"') })
+        .toEqual({ name, usesPrimaryKey: true, readsClaimIndex: false });
+    }
+
+    // Still only waiting jobs: a running one is left as it is.
+    await target.query(`update ${s}.jobs set state = 'running' where id = 3`);
+    expect((await bus.jobs.cancel(['1', '2', '3'])).map(String).sort()).toEqual(['1', '2']);
+    const states = await target.query<{ id: string; state: string }>(`select id::text as id, state from ${s}.jobs where id <= 3 order by id`);
+    expect(states.map((r) => r.state)).toEqual(['cancelled', 'cancelled', 'running']);
   });
 });

@@ -1,5 +1,6 @@
 // The admin read statements for PostgreSQL and PGlite (lists with keyset pagination, the leader
 // lease, operator discards), named after the AdminExecutor method that runs each one.
+import { WAITING } from './by-id.js';
 
 const eventColumns = /* sql */ `
   id::text as id, type, subject, trace_id, created_by, created_at, fanned_out_at, fan_attempts,
@@ -58,7 +59,7 @@ set state = 'discarded',
     errors = errors || jsonb_build_array(jsonb_build_object(
       'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'DiscardedByOperator',
       'message', 'discarded by an operator from the admin API'))
-where id = any($1::bigint[]) and state in ('available', 'retryable')
+where id = any($1::bigint[]) and state = any (${WAITING})
 returning id::text as id`,
 
     handlerNames: /* sql */ `select name from ${s}.handlers order by name`,

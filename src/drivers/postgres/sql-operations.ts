@@ -1,5 +1,6 @@
 // The SQL of the operations executor (retention, overview facts, job repair) for PostgreSQL and
 // PGlite. `s` is the quoted schema. Time arrives as $1 and is read as coalesce($1, now()).
+import { WAITING } from './by-id.js';
 
 /**
  * The smallest UUIDv7 of the millisecond of `ts`: every id made before that millisecond sorts
@@ -204,7 +205,7 @@ select exists (select 1 from ${s}.handlers where name = $1)
     jobCancel: /* sql */ `
 update ${s}.jobs
 set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_expires_at = null
-where id = any($1::bigint[]) and state in ('available', 'retryable')
+where id = any($1::bigint[]) and state = any (${WAITING})
 returning id::text as id`,
 
     jobStates: /* sql */ `

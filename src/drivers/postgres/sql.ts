@@ -1,17 +1,6 @@
 // Every SQL statement the PostgreSQL and PGlite drivers run, named after the executor method that
 // runs it. `s` is the already-quoted schema. Time comes in as a parameter: coalesce($now, now()).
-
-/**
- * A worker's batch of jobs to finish (`d`, from the given unnest), each to be written only while
- * it is still running at that attempt: join it with `j.state = d.running`. The state is compared
- * through d, a join clause, because `state = 'running'` as a restriction matches jobs_lease_idx's
- * predicate: the planner, expecting a few rows of d and of running jobs (statistics lag behind a
- * queue table), then read every running job and every dead entry of that index, per batch,
- * instead of probing the primary key once per job. In figure 1 without inline delivery that was
- * ~8,300 index entries read per completion of 200 (none now); on a table with many running
- * (webhook) jobs the scan grows with them. test/plans.test.ts makes that state.
- */
-const runningBatch = (unnest: string) => /* sql */ `with d as materialized (select d.*, 'running'::text as running from ${unnest})`;
+import { runningBatch } from './by-id.js';
 
 export function postgresStatements(s: string) {
   // With handOff, $6-$10 describe the worker that takes jobs in memory (see offered below);
