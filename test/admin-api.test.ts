@@ -7,7 +7,7 @@ import { AdminCredentialsMissingError, createAdminHandler, createBus, defineEven
 import { checkHealth } from '../src/admin/health.js';
 import type { AdminBus } from '../src/admin/route.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
-import { targets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, testBus, type Target } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
 
 const events = defineEvents({
@@ -95,7 +95,7 @@ describe('admin API when the database cannot be used', () => {
   });
 });
 
-describe.each(targets)('admin API on $name', (target) => {
+describeTargets('admin API on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('authentication: missing and wrong credentials are 401; bearer, basic and the session cookie work', async () => {

@@ -1,9 +1,9 @@
 // bus.events.list and bus.jobs.list: filters, keyset pagination over UUIDv7 ids, typed errors for
 // bad filters, and the operator discard.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, InvalidFilterError } from '../src/index.js';
-import { targets, testBus } from './helpers/db.js';
+import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -11,7 +11,7 @@ const events = defineEvents({
   'user.joined': z.object({ name: z.string() }),
 });
 
-describe.each(targets)('admin lists on $name', (target) => {
+describeTargets('admin lists on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('events: filter by type pattern, subject, trace id, state and time; pages never overlap', async () => {

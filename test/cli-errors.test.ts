@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
 import { checkConnectionString, describeConnection } from '../src/drivers/postgres/common.js';
-import { freshSchema, PG_URL, postgresTarget, targets, testBus } from './helpers/db.js';
+import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const SECRET = 's3cretpw';
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
@@ -343,7 +343,7 @@ describe('a database that cannot be used', () => {
   });
 });
 
-describe.each(targets)('start() on a schema that is not migrated, on $name', (target) => {
+describeTargets('start() on a schema that is not migrated, on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   // Without handlers start() ran no statement of its own: it resolved, and the relay, the worker

@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
-import { targets, testBus } from './helpers/db.js';
+import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string(), total: z.number().int() }),
@@ -9,7 +9,7 @@ const events = defineEvents({
   'user.signed_up': z.object({ email: z.string() }),
 });
 
-describe.each(targets)('core on $name', (target) => {
+describeTargets('core on $name', (target) => {
   it.skipIf(!target.available)('a committed event runs each subscribed handler exactly once', async () => {
     const bus = await testBus(target, events);
     const seen: string[] = [];

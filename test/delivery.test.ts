@@ -1,9 +1,9 @@
 // Handlers: routing, retries, discards, timeouts, permanent/retryAfter, transactional exactly-once,
 // trace propagation, leases across processes and stop().
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents, permanent, retryAfter, type HandlerContext } from '../src/index.js';
-import { freshSchema, quickBackoff, targets, testBus } from './helpers/db.js';
+import { describeTargets, freshSchema, quickBackoff, testBus } from './helpers/db.js';
 import { deferred } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -13,7 +13,7 @@ const events = defineEvents({
   'audit.logged': z.object({ note: z.string() }),
 });
 
-describe.each(targets)('delivery on $name', (target) => {
+describeTargets('delivery on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('patterns route by prefix and * matches everything; payload types follow the pattern', async () => {

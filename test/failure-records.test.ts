@@ -7,7 +7,7 @@ import { Batcher } from '../src/core/batcher.js';
 import { storable } from '../src/core/errors-format.js';
 import { defineEvents } from '../src/index.js';
 import { MaintenanceLane, ServiceRunner } from '../src/maintenance/service.js';
-import { quickBackoff, targets, testBus } from './helpers/db.js';
+import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
 import { captureLogger } from './helpers/log.js';
 import { deferred } from './helpers/signals.js';
@@ -15,7 +15,7 @@ import { deferred } from './helpers/signals.js';
 const events = defineEvents({ 'task.queued': z.object({ n: z.number() }) });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe.each(targets)('failure records on $name', (target) => {
+describeTargets('failure records on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('errors PostgreSQL cannot store as they are (NUL, a lone surrogate, an emoji at the 2,000-character cut) are stored cleaned, and nobody else waits', async () => {

@@ -5,7 +5,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { BusStateError, defineEvents, NotFoundError } from '../src/index.js';
-import { PG_URL, targets, testBus } from './helpers/db.js';
+import { describeTargets, PG_URL, targets, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -16,7 +16,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  */
 const UNATTENDED_MS = 1000;
 
-describe.each(targets)('stored handlers on $name', (target) => {
+describeTargets('stored handlers on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('a handler gone from the code is unattended once its heartbeat is old; forgetting it cancels its jobs and lets retention trim its events', async () => {

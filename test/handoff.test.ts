@@ -1,7 +1,7 @@
 // Hand-off: the relay inserts the handler jobs its own process's worker has room for already
 // claimed by that worker, so they run without a claim statement, but never ahead of an older job
 // of the same handler waiting in the queue, and never beyond the room the worker offered.
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { PGliteDriver } from '../src/drivers/pglite/driver.js';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
@@ -10,7 +10,7 @@ import { Lifecycle } from '../src/core/lifecycle.js';
 import type { ClaimedJob, Driver, FanOutHandOff } from '../src/driver/types.js';
 import { createBus, defineEvents } from '../src/index.js';
 import { Relay } from '../src/relay/relay.js';
-import { freshSchema, targets, type Target } from './helpers/db.js';
+import { describeTargets, freshSchema, targets, type Target } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'order.created': z.object({ n: z.number() }) });
@@ -44,7 +44,7 @@ async function handSetup(target: Target, handlers: string[]) {
   return { bus, driver, schema, record, fanOut, jobs };
 }
 
-describe.each(targets)('hand-off on $name', (target) => {
+describeTargets('hand-off on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('a job for this process\'s idle worker is inserted already claimed by it and runs with no claim', async () => {

@@ -1,14 +1,14 @@
 // Leader election (a lease row with a TTL), per-handler concurrency, and log context.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents, type Logger } from '../src/index.js';
-import { freshSchema, targets, testBus } from './helpers/db.js';
+import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 import { captureLogger } from './helpers/log.js';
 import { counter } from './helpers/signals.js';
 
 const events = defineEvents({ 'job.requested': z.object({ n: z.number() }) });
 
-describe.each(targets)('leader and workers on $name', (target) => {
+describeTargets('leader and workers on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('exactly one of two buses leads; when it stops, the other takes over after the lease', async () => {

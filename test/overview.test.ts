@@ -1,9 +1,9 @@
 // bus.overview() against known table contents: exact counts, estimates past the exact limit
 // (and marked), table sizes, and alerts that fire and clear after the fix, with an injected clock.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, ManualClock } from '../src/index.js';
-import { targets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
 const quiet = { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } } as const;
@@ -23,7 +23,7 @@ async function addJobs(target: Target, schema: string, eventId: string, counts: 
   }
 }
 
-describe.each(targets)('overview on $name', (target) => {
+describeTargets('overview on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('figures match the tables: backlog, poisoned, oldest age, jobs by state, discarded, sizes', async () => {

@@ -1,13 +1,13 @@
 // Query plans that must not depend on how fresh the statistics are. A queue table's statistics
 // lag behind it: analyzed while few jobs ran, it may hold thousands of running jobs by the time
 // a worker finishes its batch. These tests make that state and read the plan PostgreSQL picks.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
 import { postgresStatements } from '../src/drivers/postgres/sql.js';
 import { postgresAdminStatements } from '../src/drivers/postgres/sql-admin.js';
 import { postgresOperationsStatements } from '../src/drivers/postgres/sql-operations.js';
-import { targets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
 
@@ -28,7 +28,7 @@ async function planOf(target: Target, text: string, params: unknown[]): Promise<
   return JSON.stringify(row!['QUERY PLAN']);
 }
 
-describe.each(targets)('plans on $name', (target) => {
+describeTargets('plans on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('finishing a batch probes each job by primary key, not every running job through jobs_lease_idx', async () => {

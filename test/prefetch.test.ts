@@ -1,15 +1,15 @@
 // The worker's prefetch buffer: jobs claimed ahead of free slots start in order, and a job that
 // waits too long to start inside its lease goes back to the queue instead of risking a rescue
 // while it runs.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
-import { targets, testBus } from './helpers/db.js';
+import { describeTargets, testBus } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'task.queued': z.object({ n: z.number() }) });
 
-describe.each(targets)('prefetch on $name', (target) => {
+describeTargets('prefetch on $name', (target) => {
   it.skipIf(!target.available)('jobs buffered past half the lease margin are released, then run once each', async () => {
     const bus = await testBus(target, events, { worker: { concurrency: 1, prefetch: 50, leaseMarginMs: 200 } });
     const ran = new Map<number, number>();

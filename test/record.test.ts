@@ -7,7 +7,7 @@ import {
   defineEvents, PayloadNotJsonError, PayloadTooLargeError, PayloadValidationError, UnknownEventTypeError,
   UnsupportedTransactionError, DuplicateHandlerError, OptionsError,
 } from '../src/index.js';
-import { PG_URL, pgliteTarget, postgresTarget, targets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, PG_URL, pgliteTarget, postgresTarget, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string(), total: z.number().int(), lines: z.array(z.object({ sku: z.string() })).optional() }),
@@ -20,7 +20,7 @@ async function eventCount(target: Target, schema: string): Promise<number> {
   return rows[0]!.n;
 }
 
-describe.each(targets)('record on $name', (target) => {
+describeTargets('record on $name', (target) => {
   it.skipIf(!target.available)('stores the event with id, subject, trace id and created_by inside bus.transaction', async () => {
     const bus = await testBus(target, events);
     const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A1', total: 3 }, { subject: 'A1', createdBy: 'user:7' }));

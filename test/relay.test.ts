@@ -1,9 +1,9 @@
 // The relay: bounded rounds, coalescing per subject, poisoning of a row that keeps failing, and
 // several bus instances sharing one database.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents } from '../src/index.js';
-import { targets, testBus, freshSchema } from './helpers/db.js';
+import { describeTargets, testBus, freshSchema } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
 import { counter } from './helpers/signals.js';
 
@@ -12,7 +12,7 @@ const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
 });
 
-describe.each(targets)('relay on $name', (target) => {
+describeTargets('relay on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('a 2,000-event import fans out in rounds of at most 200; coalescing gets ≤ 1 job per subject per round', async () => {

@@ -1,16 +1,16 @@
 // Repair actions round-trip through the real relay and worker: requeue poisoned events (fan
 // attempts reset), retry discarded jobs (attempts extended), and cancel waiting jobs only.
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, OptionsError, permanent } from '../src/index.js';
-import { quickBackoff, targets, testBus } from './helpers/db.js';
+import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
   'order.paid': z.object({ orderNo: z.string() }),
 });
 
-describe.each(targets)('repair on $name', (target) => {
+describeTargets('repair on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('events.requeue(ids) resets fan attempts of poisoned rows only, and the relay then fans them', async () => {

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { defineEvents, exponentialBackoff, ManualClock, OptionsError } from '../src/index.js';
 import { backoffUpperBound } from '../src/core/backoff.js';
 import { consumeRetentionMs, handlerScheduleMs, parseDuration } from '../src/maintenance/retention.js';
-import { targets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({
   'note.saved': z.object({ n: z.number() }),
@@ -48,7 +48,7 @@ describe('retention windows (pure)', () => {
   });
 });
 
-describe.each(targets)('retention on $name', (target) => {
+describeTargets('retention on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('events: fanned rows go after 7 days; unfanned, poisoned and still-awaited rows stay however old', async () => {

@@ -4,14 +4,14 @@ import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
 import { expectRecorded, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
-import { targets, testBus } from './helpers/db.js';
+import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string(), total: z.number() }),
   'order.paid': z.object({ orderNo: z.string() }),
 });
 
-describe.each(targets)('rea/testing on $name', (target) => {
+describeTargets('rea/testing on $name', (target) => {
   it.skipIf(!target.available)('expectRecorded sees only this transaction’s uncommitted events', async () => {
     const bus = await testBus(target, events);
     await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'OLD' }));

@@ -1,9 +1,9 @@
 // Dead rows stay bounded even where autovacuum does not run: the leader vacuums rea's tables
 // itself when the server's autovacuum is off (or on PGlite, which has no background workers).
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, type Bus } from '../src/index.js';
-import { targets, testBus } from './helpers/db.js';
+import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'row.changed': z.object({ n: z.number() }) });
 
@@ -17,7 +17,7 @@ async function passesAfterElection(bus: Bus<any>, ms: number): Promise<number> {
   return passes;
 }
 
-describe.each(targets)('vacuum on $name', (target) => {
+describeTargets('vacuum on $name', (target) => {
   it.skipIf(!target.available)("mode 'auto' vacuums rea's tables exactly when nothing else will", async () => {
     const bus = await testBus(target, events, { vacuum: { mode: 'auto', intervalMs: 50 }, leader: { ttlMs: 1000, renewMs: 50 } });
     const autovacuumRuns = target.name === 'postgres'

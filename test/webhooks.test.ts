@@ -9,7 +9,7 @@ import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, Unkn
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
-import { freshSchema, targets, testBus } from './helpers/db.js';
+import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
 import { deferred } from './helpers/signals.js';
 
@@ -32,7 +32,7 @@ function capturingLogger(lines: string[]): Logger {
   return make({});
 }
 
-describe.each(targets)('webhooks on $name', (target) => {
+describeTargets('webhooks on $name', (target) => {
   const test = it.skipIf(!target.available);
 
   test('a delivery is a signed POST of the envelope that standardwebhooks verifies; list/get never show the secret', async () => {

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { afterAll, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, onTestFinished } from 'vitest';
 import { createBus, type Bus, type BusOptions, type DatabaseOptions, type EventCatalog, type EventSchemas } from '../../src/index.js';
 
 export const PG_URL = process.env.REA_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -78,6 +78,18 @@ export const postgresTarget: Target = {
 };
 
 export const targets: Target[] = [pgliteTarget, postgresTarget];
+
+/**
+ * describe.each(targets), with PGlite started in a hook of its block: starting it (compiling the
+ * WASM, initdb) took ~5 s alone and up to ~17 s while CI ran other files beside it, which
+ * counted against the first test's timeout rather than the hooks' (vitest.config.ts).
+ */
+export function describeTargets(title: string, fn: (target: Target) => void): void {
+  describe.each(targets)(title, (target) => {
+    if (target === pgliteTarget) beforeAll(() => pglite().waitReady);
+    fn(target);
+  });
+}
 
 /** A migrated bus on a fresh schema, stopped and dropped when the test ends. */
 export async function testBus<S extends EventSchemas>(
