@@ -6,8 +6,11 @@
 // Alongside, on a schema of its own, a second group of workers (test/chaos/bus-lean.ts) takes
 // ~200 events/s whose only handler is a plain one, so their rounds run the lean inline path (the
 // handler inside the relay's open transaction, no job row) under the same faults: every such
-// event must have at least one effect, nothing may be stuck, and a quarter of the deliveries at
-// least must have been inline, or the run did not test that path and fails.
+// event must have at least one effect, nothing may be stuck, and some of its deliveries must have
+// been inline on both sides of the PostgreSQL restart (LEAN_INLINE_MIN), or the run did not test
+// that path and fails.
+//
+// The workers run `bin/rea.js`, which loads the build in dist/: `npm run chaos` builds it first.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
