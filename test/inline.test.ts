@@ -120,18 +120,71 @@ describe('inline delivery on postgres', () => {
     await bus.start();
     await recordAll(bus, [1, 2, 3]);
     await started.promise;
-    // The round ended after 20 ms with the first delivery running and two never started.
-    await vi.waitFor(async () => expect((await v.jobs())).toHaveLength(3));
-    const rows = await v.jobs();
-    expect(rows.map((r) => [r.state, r.attempt, r.attempted_by])).toEqual([
+    // The round ended after 20 ms with the first delivery running and two never started. (A claim
+    // of the worker's that was in flight as the round began may take one of those two, and hands
+    // it straight back: the test below; hence a wait for the rows rather than one read.)
+    await vi.waitFor(async () => expect((await v.jobs()).map((r) => [r.state, r.attempt, r.attempted_by])).toEqual([
       ['running', 1, 'solo'], ['available', 0, null], ['available', 0, null],
-    ]);
+    ]));
     expect((await v.events()).every((e) => e.fanned && e.delivered_inline === null)).toBe(true);
 
     gate.resolve();
     await ran.done;
     await vi.waitFor(async () => expect((await v.jobs()).map((j) => [j.state, j.attempt])).toEqual([['completed', 1], ['completed', 1], ['completed', 1]]));
     expect(ran.value).toBe(3);
+  });
+
+  test('a claim in flight while an inline round takes the only slot hands back what no longer fits, at once', async () => {
+    // leaseMarginMs 60 s: a job left in the buffer would wait 30 s to go stale, far past this test.
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 20 }, worker: { concurrency: 1, prefetch: 0, leaseMarginMs: 60_000 } });
+    const v = views(target, bus.schema);
+    const gate = deferred();
+    const started: string[] = [];
+    bus.on('order.created', 'slow', async (e) => {
+      started.push(e.id);
+      await gate.promise;
+    });
+    // The worker's next claim is held on its way to the database (a slow network, a loaded
+    // machine), after it counted one free slot; the statement itself is the real one.
+    const executor = bus.driver.executor;
+    const claim = executor.jobClaim.bind(executor);
+    const sent = deferred();
+    const letGo = deferred();
+    let hold = false;
+    const claimed: string[][] = [];
+    vi.spyOn(executor, 'jobClaim').mockImplementation(async (args) => {
+      if (hold) {
+        hold = false;
+        sent.resolve();
+        await letGo.promise;
+        const jobs = await claim(args);
+        claimed.push(jobs.map((j) => j.id));
+        return jobs;
+      }
+      return claim(args);
+    });
+    const released: string[] = [];
+    bus.lifecycle.on('jobs:released', (e) => released.push(...e.jobIds));
+    await bus.start();
+    hold = true;
+    await sent.promise;
+
+    const ids = await recordAll(bus, [1, 2, 3]);
+    // The round took the slot for the first event and queued the other two.
+    await vi.waitFor(async () => expect((await v.jobs()).map((r) => r.state)).toEqual(['running', 'available', 'available']));
+    letGo.resolve();
+    await vi.waitFor(() => expect(claimed).toHaveLength(1));
+    expect(claimed[0]).toHaveLength(1);
+    await vi.waitFor(() => expect(released).toEqual(claimed[0]), { timeout: 5000 });
+    const rows = await v.jobs();
+    expect(rows.map((r) => [r.state, r.attempt, r.attempted_by])).toEqual([
+      ['running', 1, 'solo'], ['available', 0, null], ['available', 0, null],
+    ]);
+    expect(started).toEqual([rows[0]!.event_id]);
+
+    gate.resolve();
+    await vi.waitFor(async () => expect((await v.jobs()).map((j) => [j.state, j.attempt])).toEqual([['completed', 1], ['completed', 1], ['completed', 1]]));
+    expect(started.toSorted()).toEqual(ids.toSorted());
   });
 
   test('a round whose transaction is cut off stores nothing, and its events are delivered again', async () => {

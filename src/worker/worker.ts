@@ -77,6 +77,8 @@ export class Worker {
   private accepting = false;
   /** Jobs of inline rounds, until they settle (see InlineRound). */
   private readonly inlineOf = new Map<string, InlineRound>();
+  /** Inline rounds started so far: a claim that saw this change while in flight checks its room again. */
+  private inlineRounds = 0;
 
   constructor(
     private readonly driver: Driver,
@@ -188,16 +190,7 @@ export class Worker {
    * should hold at the current completion rate, less what it holds and what the relay reserved.
    */
   private offer(kinds: readonly JobKind[]): { room: number; targets: ClaimTarget[] } {
-    const free = this.options.concurrency - this.active.size;
-    if (performance.now() - this.rateWindowStart > 1000) {
-      this.rate /= 2; // nothing finished for a while: stop prefetching for yesterday's rate
-      this.rateWindowStart = performance.now();
-      this.rateWindowCount = 0;
-    }
-    // Before any rate is known, allow one extra round of `concurrency` jobs.
-    const expected = this.rate === 0 ? this.options.concurrency : Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000);
-    const allowance = Math.min(this.options.prefetch, expected);
-    const room = free + allowance - this.buffer.length - this.reservedTotal;
+    const { room, allowance } = this.room();
     const targets: ClaimTarget[] = [];
     if (room > 0) {
       for (const kind of kinds) {
@@ -210,6 +203,20 @@ export class Worker {
       }
     }
     return { room, targets };
+  }
+
+  /** Free slots plus the prefetch allowance, less what the buffer holds and the relay reserved. */
+  private room(): { room: number; allowance: number } {
+    const free = this.options.concurrency - this.active.size;
+    if (performance.now() - this.rateWindowStart > 1000) {
+      this.rate /= 2; // nothing finished for a while: stop prefetching for yesterday's rate
+      this.rateWindowStart = performance.now();
+      this.rateWindowCount = 0;
+    }
+    // Before any rate is known, allow one extra round of `concurrency` jobs.
+    const expected = this.rate === 0 ? this.options.concurrency : Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000);
+    const allowance = Math.min(this.options.prefetch, expected);
+    return { room: free + allowance - this.buffer.length - this.reservedTotal, allowance };
   }
 
   /**
@@ -270,6 +277,7 @@ export class Worker {
   /** An inline round's jobs: buffered like any claim; their outcomes go to the round while it is open. */
   startInline(jobs: InlineJob[]): InlineRound {
     const round = new InlineRound(jobs);
+    this.inlineRounds++;
     for (const job of jobs) this.inlineOf.set(job.id, round);
     if (this.accepting) this.take(jobs);
     else for (const job of jobs) this.settle(job, { kind: 'released' });
@@ -368,8 +376,15 @@ export class Worker {
       this.waitingForSlot = true;
       return 'none';
     }
+    const inlineBefore = this.inlineRounds;
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
-    this.take(jobs);
+    // An inline round that started while the claim was in flight took slots it counted on (a
+    // round does not wait for room). What no longer fits goes back to the queue now: left in the
+    // buffer it would wait for a slot here, out of every other process's reach, until it went
+    // stale (half the lease margin) or a handler finished.
+    const fits = this.inlineRounds === inlineBefore ? jobs.length : Math.max(0, this.room().room);
+    for (const job of jobs.slice(fits)) this.releases.push(job);
+    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs);
     if (jobs.length >= room) {
       // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;
