@@ -250,6 +250,25 @@ describe('maintenance runner', () => {
     expect(passes).toBe(after); // nothing runs after stop()
   });
 
+  it('a pass that fails while the runner is stopped (leadership lost as PostgreSQL restarts): stop() resolves, the failure is logged once', async () => {
+    const warnings: unknown[] = [];
+    const watched = { ...log, warn(o: unknown, msg: string) { warnings.push([msg, o]); } };
+    let fail!: (err: Error) => void;
+    const runner = new ServiceRunner({
+      name: 'rescuer',
+      intervalMs: 60_000,
+      runOnce: () => new Promise((_, reject) => (fail = reject)),
+    }, watched);
+    runner.start();
+    await sleep(10); // the pass is at work
+    const unbounded = runner.stop(); // as the leader does on losing the lease: nobody awaits it
+    const bounded = runner.stop(1000); // as bus.stop() does
+    fail(new Error('the database system is shutting down'));
+    await expect(unbounded).resolves.toBeUndefined();
+    await expect(bounded).resolves.toBeUndefined();
+    expect(warnings).toEqual([['maintenance pass failed', { err: 'the database system is shutting down', service: 'rescuer' }]]);
+  });
+
   it('a pass queued in the lane behind another service\'s is not waited for at stop, never runs, and logs no warning', async () => {
     const warnings: string[] = [];
     const watched = { ...log, warn(_o: unknown, msg: string) { warnings.push(msg); } };

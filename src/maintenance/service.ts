@@ -29,8 +29,13 @@ export class MaintenanceLane {
 export class ServiceRunner {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
-  /** The pass that has started its work; a pass still queued in the lane is not one. */
-  private working: Promise<unknown> | undefined;
+  /**
+   * Settles (never rejects) when the pass that has started its work ends; a pass still queued in
+   * the lane is not one. A failed pass is logged by its chain: stop() only waits for it. Losing
+   * leadership calls stop() without awaiting it, so a rejection here would end the process (a
+   * PostgreSQL restart did: the rescuer's pass failed as the election did).
+   */
+  private working: Promise<void> | undefined;
   private started = false;
   // Bumped by every start() and stop(): a timer or pass of an earlier start sees it changed and
   // stops its chain, so leadership lost and regained during a pass never leaves two chains.
@@ -73,11 +78,13 @@ export class ServiceRunner {
       const runOnce = () => {
         if (generation !== this.generation) return Promise.resolve();
         const work = this.service.runOnce();
-        const done = () => {
-          if (this.working === work) this.working = undefined;
-        };
-        this.working = work;
-        work.then(done, done);
+        const working: Promise<void> = work.then(
+          () => {},
+          () => {},
+        ).then(() => {
+          if (this.working === working) this.working = undefined;
+        });
+        this.working = working;
         return work;
       };
       const pass = (this.lane ? this.lane.run(runOnce) : runOnce())

@@ -13,7 +13,8 @@
 // The workers run `bin/rea.js`, which loads the build in dist/: `npm run chaos` builds it first.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -44,6 +45,10 @@ const URL_ = `${BASE_URL}/${DB}`;
 const schema = `chaos_${randomBytes(4).toString('hex')}`;
 const leanSchema = `${schema}_lean`;
 const root = fileURLToPath(new URL('../..', import.meta.url));
+/** Each worker's whole stderr, one file per start (the log above shows only the first 300 characters of a chunk). */
+const logDir = `${tmpdir()}/rea-chaos-${schema}`;
+mkdirSync(logDir, { recursive: true });
+let starts = 0;
 
 const log = (msg: string) => console.error(`[chaos ${new Date().toISOString().slice(11, 23)}] ${msg}`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -99,6 +104,7 @@ function startWorker(n: number): ChildProcess {
   });
   let ready!: () => void;
   readiness.set(child, new Promise<void>((resolve) => (ready = resolve)));
+  child.stderr!.pipe(createWriteStream(`${logDir}/worker-${n}-start-${++starts}.log`));
   child.stderr!.on('data', (d: Buffer) => {
     const line = d.toString().trim();
     if (line.includes('rea: running')) ready();
@@ -307,9 +313,12 @@ async function main(): Promise<void> {
     ...leanPathGaps(lean),
     crashes > 0 && `${crashes} workers crashed`,
   ].filter((r): r is string => typeof r === 'string');
-  if (reasons.length === 0) await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));
+  if (reasons.length === 0) {
+    await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));
+    rmSync(logDir, { recursive: true, force: true });
+  }
   if (reasons.length > 0) {
-    console.error(`chaos: FAILED: ${reasons.join('; ')}; schemas kept for inspection: ${schema}, ${leanSchema}`);
+    console.error(`chaos: FAILED: ${reasons.join('; ')}; schemas kept for inspection: ${schema}, ${leanSchema}; workers' stderr in ${logDir}`);
     process.exit(1);
   }
   console.error('chaos: passed');
