@@ -7,8 +7,8 @@
 // ~200 events/s whose only handler is a plain one, so their rounds run the lean inline path (the
 // handler inside the relay's open transaction, no job row) under the same faults: every such
 // event must have at least one effect, nothing may be stuck, and some of its deliveries must have
-// been inline on both sides of the PostgreSQL restart (LEAN_INLINE_MIN), or the run did not test
-// that path and fails.
+// been inline on both sides of the PostgreSQL restart (LEAN_INLINE_MIN in verdict.ts), or the run
+// did not test that path and fails.
 //
 // The workers run `bin/rea.js`, which loads the build in dist/: `npm run chaos` builds it first.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
@@ -20,6 +20,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { createBus, defineEvents, type Logger } from '../../src/index.js';
 import { z } from 'zod';
+import { failures } from './verdict.js';
 
 const args = new Set(process.argv.slice(2));
 const short = args.has('--short');
@@ -30,15 +31,6 @@ const RATE = 500;
 const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
-/**
- * The lean path must have run on both sides of the PostgreSQL restart: at least this many lean
- * deliveries made inline among the events recorded before it, and as many among those recorded
- * once it was back (or in all, with --no-restart). A share would not do: runs here made 18-99 %
- * of their lean deliveries inline, fewer on a loaded machine and in the full mode's 50 kills, as
- * a delivery that fails or outlasts its round's wait gets a row, and while a row of that handler
- * waits, its new events get rows too (no overtaking).
- */
-const LEAN_INLINE_MIN = 20;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
 const DB = 'rea_chaos';
 const URL_ = `${BASE_URL}/${DB}`;
@@ -304,15 +296,7 @@ async function main(): Promise<void> {
   console.log(JSON.stringify(summary));
   await producer.stop();
   await leanProducer.stop();
-  const reasons = [
-    lost > 0 && `${lost} events lost`,
-    summary.duplicateEffects > 0 && `${summary.duplicateEffects} duplicate transactional effects`,
-    summary.stuckJobs + lean.stuck > 0 && `${summary.stuckJobs + lean.stuck} jobs stuck`,
-    summary.discardedJobs + lean.discarded > 0 && `${summary.discardedJobs + lean.discarded} jobs discarded`,
-    leanLost > 0 && `${leanLost} lean events lost`,
-    ...leanPathGaps(lean),
-    crashes > 0 && `${crashes} workers crashed`,
-  ].filter((r): r is string => typeof r === 'string');
+  const reasons = failures(summary);
   if (reasons.length === 0) {
     await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));
     rmSync(logDir, { recursive: true, force: true });
@@ -322,18 +306,6 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   console.error('chaos: passed');
-}
-
-/** Why the run did not exercise the lean inline path (see LEAN_INLINE_MIN); empty when it did. */
-function leanPathGaps(lean: { inline: number; inlineBeforeRestart: number | null; inlineAfterRestart: number | null }): string[] {
-  const few = (n: number) => n < LEAN_INLINE_MIN;
-  if (lean.inlineBeforeRestart === null || lean.inlineAfterRestart === null) {
-    return few(lean.inline) ? [`only ${lean.inline} lean deliveries were inline (at least ${LEAN_INLINE_MIN} expected): the run did not exercise the lean path`] : [];
-  }
-  const gaps: string[] = [];
-  if (few(lean.inlineBeforeRestart)) gaps.push(`only ${lean.inlineBeforeRestart} lean deliveries were inline before the PostgreSQL restart (at least ${LEAN_INLINE_MIN} expected)`);
-  if (few(lean.inlineAfterRestart)) gaps.push(`only ${lean.inlineAfterRestart} lean deliveries were inline after the PostgreSQL restart (at least ${LEAN_INLINE_MIN} expected)`);
-  return gaps;
 }
 
 main().catch((err) => {

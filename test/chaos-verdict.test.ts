@@ -1,0 +1,62 @@
+// The rules that decide whether a chaos run (npm run chaos, in CI with --short) passes.
+import { describe, expect, it } from 'vitest';
+import { type ChaosSummary, failures, LEAN_INLINE_MIN } from './chaos/verdict.js';
+
+function clean(): ChaosSummary {
+  return {
+    lost: 0, duplicateEffects: 0, stuckJobs: 0, discardedJobs: 0, workerCrashes: 0,
+    lean: { lost: 0, deliveredInline: 900, inlineBeforeRestart: 300, inlineAfterRestart: 600, stuckJobs: 0, discardedJobs: 0 },
+  };
+}
+
+describe('chaos verdict', () => {
+  it('passes a run with nothing lost, applied twice, stuck, discarded or crashed, and the lean path on both sides of the restart', () => {
+    expect(failures(clean())).toEqual([]);
+  });
+
+  it('fails on each kind of damage, naming it with its count', () => {
+    const s = clean();
+    s.lost = 3;
+    s.duplicateEffects = 2;
+    s.stuckJobs = 1;
+    s.lean.stuckJobs = 4;
+    s.discardedJobs = 5;
+    s.lean.lost = 6;
+    s.workerCrashes = 2;
+    expect(failures(s)).toEqual([
+      '3 events lost',
+      '2 duplicate transactional effects',
+      '5 jobs stuck',
+      '5 jobs discarded',
+      '6 lean events lost',
+      '2 workers crashed',
+    ]);
+  });
+
+  it('a worker that exited on its own fails the run even when every event was delivered', () => {
+    expect(failures({ ...clean(), workerCrashes: 1 })).toEqual(['1 workers crashed']);
+  });
+
+  it('with a restart, the lean path must have delivered inline on each side of it', () => {
+    const before = clean();
+    before.lean.inlineBeforeRestart = LEAN_INLINE_MIN - 1;
+    expect(failures(before)).toEqual([`only ${LEAN_INLINE_MIN - 1} lean deliveries were inline before the PostgreSQL restart (at least ${LEAN_INLINE_MIN} expected)`]);
+    const after = clean();
+    after.lean.inlineAfterRestart = 0;
+    expect(failures(after)).toEqual([`only 0 lean deliveries were inline after the PostgreSQL restart (at least ${LEAN_INLINE_MIN} expected)`]);
+    const exactly = clean();
+    exactly.lean.inlineBeforeRestart = LEAN_INLINE_MIN;
+    exactly.lean.inlineAfterRestart = LEAN_INLINE_MIN;
+    expect(failures(exactly)).toEqual([]);
+  });
+
+  it('without a restart (--no-restart), the lean path counts in all', () => {
+    const s = clean();
+    s.lean.inlineBeforeRestart = null;
+    s.lean.inlineAfterRestart = null;
+    s.lean.deliveredInline = LEAN_INLINE_MIN;
+    expect(failures(s)).toEqual([]);
+    s.lean.deliveredInline = LEAN_INLINE_MIN - 1;
+    expect(failures(s)).toEqual([`only ${LEAN_INLINE_MIN - 1} lean deliveries were inline (at least ${LEAN_INLINE_MIN} expected): the run did not exercise the lean path`]);
+  });
+});

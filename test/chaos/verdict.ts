@@ -1,0 +1,57 @@
+// The verdict of a chaos run (test/chaos/run.ts): why it failed, from its summary; empty when it
+// passed. Kept apart from the runner so that the rules themselves are tested (test/chaos-verdict.test.ts).
+
+/**
+ * The lean path must have run on both sides of the PostgreSQL restart: at least this many lean
+ * deliveries made inline among the events recorded before it, and as many among those recorded
+ * once it was back (or in all, with --no-restart). A share would not do: runs here made 18-99 %
+ * of their lean deliveries inline, fewer on a loaded machine and in the full mode's 50 kills, as
+ * a delivery that fails or outlasts its round's wait gets a row, and while a row of that handler
+ * waits, its new events get rows too (no overtaking).
+ */
+export const LEAN_INLINE_MIN = 20;
+
+export interface ChaosSummary {
+  lost: number;
+  duplicateEffects: number;
+  stuckJobs: number;
+  discardedJobs: number;
+  lean: {
+    lost: number;
+    deliveredInline: number;
+    /** Null when PostgreSQL was not restarted. */
+    inlineBeforeRestart: number | null;
+    inlineAfterRestart: number | null;
+    stuckJobs: number;
+    discardedJobs: number;
+  };
+  /** Workers that exited without being told to. */
+  workerCrashes: number;
+}
+
+/** Every reason the run failed; empty when it passed. */
+export function failures(s: ChaosSummary): string[] {
+  const stuck = s.stuckJobs + s.lean.stuckJobs;
+  const discarded = s.discardedJobs + s.lean.discardedJobs;
+  return [
+    s.lost > 0 && `${s.lost} events lost`,
+    s.duplicateEffects > 0 && `${s.duplicateEffects} duplicate transactional effects`,
+    stuck > 0 && `${stuck} jobs stuck`,
+    discarded > 0 && `${discarded} jobs discarded`,
+    s.lean.lost > 0 && `${s.lean.lost} lean events lost`,
+    ...leanPathGaps(s.lean),
+    s.workerCrashes > 0 && `${s.workerCrashes} workers crashed`,
+  ].filter((r): r is string => typeof r === 'string');
+}
+
+/** Why the run did not exercise the lean inline path (see LEAN_INLINE_MIN); empty when it did. */
+function leanPathGaps(lean: ChaosSummary['lean']): string[] {
+  const few = (n: number) => n < LEAN_INLINE_MIN;
+  if (lean.inlineBeforeRestart === null || lean.inlineAfterRestart === null) {
+    return few(lean.deliveredInline) ? [`only ${lean.deliveredInline} lean deliveries were inline (at least ${LEAN_INLINE_MIN} expected): the run did not exercise the lean path`] : [];
+  }
+  const gaps: string[] = [];
+  if (few(lean.inlineBeforeRestart)) gaps.push(`only ${lean.inlineBeforeRestart} lean deliveries were inline before the PostgreSQL restart (at least ${LEAN_INLINE_MIN} expected)`);
+  if (few(lean.inlineAfterRestart)) gaps.push(`only ${lean.inlineAfterRestart} lean deliveries were inline after the PostgreSQL restart (at least ${LEAN_INLINE_MIN} expected)`);
+  return gaps;
+}
