@@ -203,7 +203,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const relayOptions = { ...DEFAULTS.relay, ...o.relay };
   const workerOptions = { ...DEFAULTS.worker, ...o.worker };
   const leaseMarginMs = workerOptions.leaseMarginMs;
-  const lifecycle = new Lifecycle();
+  const lifecycle = new Lifecycle((err, signal) =>
+    log.error({ err: errorMessage(err), signal }, 'a lifecycle listener threw; rea carries on as if it had returned'));
   const driver = makeDriver(database, schema, o.poolSize ?? DEFAULTS.poolSize, log);
   const channel = notifyChannel(schema);
   const handlers = new Map<string, RegisteredHandler>();

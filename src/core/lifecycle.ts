@@ -39,16 +39,35 @@ type JobKindName = 'handler' | 'webhook' | 'forward';
 
 export type LifecycleName = keyof LifecycleEvents;
 
+/** Told of a listener that threw, or returned a promise that rejected. */
+export type ListenerErrorReport = (err: unknown, name: LifecycleName) => void;
+
 export class Lifecycle {
   private readonly emitter = new EventEmitter();
 
-  constructor() {
+  /**
+   * Signals are emitted from inside rea's work: after a commit, in the middle of a batch of
+   * completions, on winning the lease. A listener's failure is reported to `onListenerError` and
+   * goes no further, so it cannot make a committed transaction look failed, stop a batch half
+   * way or cost the lease; and an async listener's rejection is caught, not left to end the process.
+   */
+  constructor(private readonly onListenerError: ListenerErrorReport = () => {}) {
     this.emitter.setMaxListeners(0);
   }
 
-  on<K extends LifecycleName>(name: K, fn: (e: LifecycleEvents[K]) => void): () => void {
-    this.emitter.on(name, fn);
-    return () => this.emitter.off(name, fn);
+  on<K extends LifecycleName>(name: K, fn: (e: LifecycleEvents[K]) => unknown): () => void {
+    const guarded = (e: LifecycleEvents[K]) => {
+      try {
+        const returned: unknown = fn(e);
+        if (typeof (returned as PromiseLike<unknown> | undefined)?.then === 'function') {
+          (returned as PromiseLike<unknown>).then(undefined, (err: unknown) => this.onListenerError(err, name));
+        }
+      } catch (err) {
+        this.onListenerError(err, name);
+      }
+    };
+    this.emitter.on(name, guarded);
+    return () => this.emitter.off(name, guarded);
   }
 
   emit<K extends LifecycleName>(name: K, e: LifecycleEvents[K]): void {
