@@ -211,6 +211,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const known = new Set<string>(catalog.types);
 
   let state: 'idle' | 'started' | 'stopped' = 'idle';
+  // A start() on its way (stop() lets it finish, then stops what it started) and the stop, which
+  // every later stop() call waits for.
+  let starting: Promise<void> | undefined;
+  let stopping: Promise<void> | undefined;
   let unlisten: (() => Promise<void>) | undefined;
   // While this process's worker runs its handlers, it says so (handlers.seen_at), so the overview
   // can tell a handler no process runs any more from one whose workers are merely busy.
@@ -341,6 +345,57 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
   };
 
+  async function startBus(): Promise<void> {
+    // The first statements a started bus runs: a database that is down, or a schema missing or
+    // behind on migrations, is named here, not in a warning from every poll.
+    await explained(driver.checkMigrated());
+    await explained(driver.executor.handlerUpsertMany(
+      [...handlers.values()].map((h) => ({
+        name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
+        leaseMs: h.timeoutMs + leaseMarginMs, priority: h.priority,
+      })),
+    ));
+    state = 'started';
+    if (driver.capabilities.listenNotify) {
+      unlisten = await driver.listen(channel, (payload) => {
+        if (payload !== 'j' && relayOptions.enabled !== false) relay.wake();
+        if (payload !== 'e' && workerOptions.enabled !== false) worker.wake();
+      });
+    }
+    // The worker first: the relay's first round offers it its jobs (hand-off, inline) only if
+    // it already takes them.
+    if (workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun)) worker.start();
+    if (relayOptions.enabled !== false) relay.start();
+    if (workerOptions.enabled !== false && handlers.size > 0) {
+      await beat();
+      heartbeat = setInterval(() => void beat(), workerOptions.heartbeatMs);
+      heartbeat.unref();
+    }
+    // Retention rules are known only now: retention.register() may be called until start().
+    if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log, housekeeping));
+    leader.start();
+  }
+
+  async function stopBus(stopOptions: { timeoutMs?: number }): Promise<void> {
+    // A start() still on its way finishes first: stopped half way, what it went on to start (the
+    // relay, the worker, the LISTEN connection) would run on a closed pool and keep the process
+    // alive. A start that fails leaves nothing to stop but the pool.
+    await starting?.catch(() => {});
+    const wasStarted = state === 'started';
+    state = 'stopped';
+    clearInterval(heartbeat);
+    if (wasStarted) {
+      await relay.stop();
+      await worker.stop(stopOptions.timeoutMs ?? 10_000);
+      await leader.stop();
+      // A pass stuck on a lock must not hold the stop past its timeout (at least a second).
+      await Promise.all(maintenance.map((m) => m.stop(Math.max(1000, stopOptions.timeoutMs ?? 10_000))));
+      await unlisten?.();
+    }
+    notifier.cancel();
+    await driver.close();
+  }
+
   const bus: Bus<S> = {
     schema,
     driver,
@@ -425,53 +480,20 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
     async start() {
       if (state === 'started') return;
-      if (state === 'stopped') throw new BusStateError('a stopped bus cannot be started again; create a new one');
-      // The first statements a started bus runs: a database that is down, or a schema missing or
-      // behind on migrations, is named here, not in a warning from every poll.
-      await explained(driver.checkMigrated());
-      await explained(driver.executor.handlerUpsertMany(
-        [...handlers.values()].map((h) => ({
-          name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
-          leaseMs: h.timeoutMs + leaseMarginMs, priority: h.priority,
-        })),
-      ));
-      state = 'started';
-      if (driver.capabilities.listenNotify) {
-        unlisten = await driver.listen(channel, (payload) => {
-          if (payload !== 'j' && relayOptions.enabled !== false) relay.wake();
-          if (payload !== 'e' && workerOptions.enabled !== false) worker.wake();
-        });
+      if (state === 'stopped' || stopping) throw new BusStateError('a stopped bus cannot be started again; create a new one');
+      if (starting) return starting;
+      starting = startBus();
+      try {
+        await starting;
+      } finally {
+        starting = undefined;
       }
-      // The worker first: the relay's first round offers it its jobs (hand-off, inline) only if
-      // it already takes them.
-      if (workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun)) worker.start();
-      if (relayOptions.enabled !== false) relay.start();
-      if (workerOptions.enabled !== false && handlers.size > 0) {
-        await beat();
-        heartbeat = setInterval(() => void beat(), workerOptions.heartbeatMs);
-        heartbeat.unref();
-      }
-      // Retention rules are known only now: retention.register() may be called until start().
-      if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log, housekeeping));
-      leader.start();
     },
 
-    async stop(stopOptions = {}) {
-      if (state === 'stopped') return;
-      const wasStarted = state === 'started';
-      state = 'stopped';
-      clearInterval(heartbeat);
-      if (wasStarted) {
-        await relay.stop();
-        await worker.stop(stopOptions.timeoutMs ?? 10_000);
-        await leader.stop();
-        // A pass stuck on a lock must not hold the stop past its timeout (at least a second).
-        await Promise.all(maintenance.map((m) => m.stop(Math.max(1000, stopOptions.timeoutMs ?? 10_000))));
-        await unlisten?.();
-      }
-      notifier.cancel();
-      await driver.close();
+    stop(stopOptions = {}) {
+      return (stopping ??= stopBus(stopOptions));
     },
+
 
     async overview() {
       const facts = await explained(driver.operations.overviewFacts({

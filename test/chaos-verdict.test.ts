@@ -4,7 +4,7 @@ import { type ChaosSummary, failures, LEAN_INLINE_MIN } from './chaos/verdict.js
 
 function clean(): ChaosSummary {
   return {
-    lost: 0, duplicateEffects: 0, stuckJobs: 0, discardedJobs: 0, workerCrashes: 0,
+    lost: 0, duplicateEffects: 0, stuckJobs: 0, discardedJobs: 0, workerCrashes: 0, workersHungAtStop: 0,
     lean: { lost: 0, deliveredInline: 900, inlineBeforeRestart: 300, inlineAfterRestart: 600, stuckJobs: 0, discardedJobs: 0 },
   };
 }
@@ -23,6 +23,7 @@ describe('chaos verdict', () => {
     s.discardedJobs = 5;
     s.lean.lost = 6;
     s.workerCrashes = 2;
+    s.workersHungAtStop = 1;
     expect(failures(s)).toEqual([
       '3 events lost',
       '2 duplicate transactional effects',
@@ -30,11 +31,13 @@ describe('chaos verdict', () => {
       '5 jobs discarded',
       '6 lean events lost',
       '2 workers crashed',
+      '1 workers did not stop on SIGTERM',
     ]);
   });
 
-  it('a worker that exited on its own fails the run even when every event was delivered', () => {
+  it('a worker that exited on its own, or did not exit on SIGTERM, fails the run even when every event was delivered', () => {
     expect(failures({ ...clean(), workerCrashes: 1 })).toEqual(['1 workers crashed']);
+    expect(failures({ ...clean(), workersHungAtStop: 1 })).toEqual(['1 workers did not stop on SIGTERM']);
   });
 
   it('with a restart, the lean path must have delivered inline on each side of it', () => {

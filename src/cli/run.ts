@@ -37,7 +37,8 @@ export function runCommand(): Command {
         if (flags.migrate) await bus.migrate();
         await bus.start();
       });
-      if (started) console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
+      // A signal during start-up: bus.stop() lets the start finish, then stops what it started.
+      if (started && stopping === undefined) console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
       await stopped;
     });
 }

@@ -31,6 +31,8 @@ const RATE = 500;
 const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
+/** How long a worker may take to exit after SIGTERM at the end: its --stop-timeout (2 s) and a wide margin. */
+const STOP_DEADLINE_MS = 20_000;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
 const DB = 'rea_chaos';
 const URL_ = `${BASE_URL}/${DB}`;
@@ -230,8 +232,18 @@ async function main(): Promise<void> {
     await sleep(250);
   }
   const drainMs = Date.now() - produceEnded;
+  // Each worker has --stop-timeout 2000; one still alive well after that did not stop on SIGTERM
+  // (it would keep a deployment's old pod alive): it fails the run, and is killed so the run ends.
   for (const w of workers) stopWorker(w, 'SIGTERM');
-  await Promise.all(workers.map((w) => new Promise((r) => (w.exitCode !== null ? r(null) : w.once('exit', r)))));
+  const exited = (w: ChildProcess) => new Promise<true>((r) => (w.exitCode !== null || w.signalCode !== null ? r(true) : w.once('exit', () => r(true))));
+  let hungAtStop = 0;
+  await Promise.all(workers.map(async (w, n) => {
+    if (await Promise.race([exited(w), sleep(STOP_DEADLINE_MS).then(() => false as const)])) return;
+    hungAtStop++;
+    log(`worker ${n} still running ${STOP_DEADLINE_MS} ms after SIGTERM; killing it`);
+    w.kill('SIGKILL');
+    await exited(w);
+  }));
 
   const result = await withClient(URL_, async (c) => {
     const q = async <K extends string>(sql: string) => (await c.query(sql)).rows[0] as Record<K, number>;
@@ -291,7 +303,7 @@ async function main(): Promise<void> {
       inlineBeforeRestart: lean.inlineBeforeRestart, inlineAfterRestart: lean.inlineAfterRestart,
       stuckJobs: lean.stuck, discardedJobs: lean.discarded,
     },
-    workerCrashes: crashes, drainMs, totalMs: Date.now() - started,
+    workerCrashes: crashes, workersHungAtStop: hungAtStop, drainMs, totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));
   await producer.stop();

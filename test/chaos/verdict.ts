@@ -27,6 +27,8 @@ export interface ChaosSummary {
   };
   /** Workers that exited without being told to. */
   workerCrashes: number;
+  /** Workers still running long after the SIGTERM that ends the run. */
+  workersHungAtStop: number;
 }
 
 /** Every reason the run failed; empty when it passed. */
@@ -41,6 +43,7 @@ export function failures(s: ChaosSummary): string[] {
     s.lean.lost > 0 && `${s.lean.lost} lean events lost`,
     ...leanPathGaps(s.lean),
     s.workerCrashes > 0 && `${s.workerCrashes} workers crashed`,
+    s.workersHungAtStop > 0 && `${s.workersHungAtStop} workers did not stop on SIGTERM`,
   ].filter((r): r is string => typeof r === 'string');
 }
 
