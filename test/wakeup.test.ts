@@ -244,3 +244,51 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
   });
 });
 
+
+describe.skipIf(!postgresTarget.available)('the LISTEN connection on postgres', () => {
+  it('a reconnection still on its way when the driver closes is ended, not left listening', async () => {
+    const channel = `rea_reconnect_${freshSchema()}`;
+    const errors: string[] = [];
+    const driver = new PostgresDriver({ connection: PG_URL, schema: freshSchema(), poolSize: 1, onError: (err) => void errors.push(err.message) });
+    // Hold the second connection (the reconnection) at its connect() until the driver has closed.
+    let opened = 0;
+    let reconnecting!: () => void;
+    const reconnectStarted = new Promise<void>((r) => (reconnecting = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let listened!: () => void;
+    const reconnectListened = new Promise<void>((r) => (listened = r));
+    const own = driver as unknown as { ownClient(name: string): pg.Client };
+    const ownClient = own.ownClient.bind(driver);
+    own.ownClient = (name: string) => {
+      const c = ownClient(name);
+      if (name === 'rea-listen' && ++opened === 2) {
+        const connect = c.connect.bind(c);
+        c.connect = (async () => {
+          reconnecting();
+          await gate;
+          return connect();
+        }) as typeof c.connect;
+        const query = c.query.bind(c) as (text: string) => Promise<unknown>;
+        c.query = (async (text: string) => {
+          const result = await query(text);
+          if (text.startsWith('LISTEN')) listened();
+          return result;
+        }) as typeof c.query;
+      }
+      return c;
+    };
+    await driver.listen(channel, () => {});
+    const listening = async () => (await postgresTarget.query(`select pid from pg_stat_activity where query = $1`, [`LISTEN "${channel}"`])).map((r) => r.pid as number);
+    const [pid] = await listening();
+    expect(pid).toBeTypeOf('number');
+    await postgresTarget.query('select pg_terminate_backend($1)', [pid]);
+    await reconnectStarted; // the driver retries a second later
+    await driver.close();
+    release();
+    await reconnectListened;
+    // Its LISTEN has run; it must then be ended, not kept.
+    await expect.poll(listening, { timeout: 5000 }).toEqual([]);
+    expect(errors.length).toBeGreaterThan(0); // the terminated connection was reported
+  });
+});

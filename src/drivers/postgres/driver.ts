@@ -195,6 +195,12 @@ export class PostgresDriver implements Driver {
       await c.connect();
       ownPid = (await c.query<{ pid: number }>(this.sql.backendPid)).rows[0]!.pid;
       await c.query(`LISTEN "${channel}"`);
+      if (closed) {
+        // Closed while this (re)connection was on its way: close() found no client to end, and
+        // this one would keep LISTENing, and the process alive, for ever.
+        await c.end().catch(() => {});
+        return;
+      }
       client = c;
       // Wake-ups go out on this connection from now on; the one kept for them until now can go.
       this.closeNotifier();
