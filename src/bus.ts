@@ -494,7 +494,6 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       return (stopping ??= stopBus(stopOptions));
     },
 
-
     async overview() {
       const facts = await explained(driver.operations.overviewFacts({
         exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog, handlerUnattendedMs: alertThresholds.handlerUnattendedMs,
