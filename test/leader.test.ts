@@ -31,6 +31,31 @@ describeTargets('leader and workers on $name', (target) => {
     await b.stop();
   });
 
+  test('a bus stopped while its first election runs gives back the lease it wins, so another process leads at once', async () => {
+    const schema = freshSchema();
+    const a = await testBus(target, events, { schema, instanceId: 'a', leader: { ttlMs: 60_000, renewMs: 100 } });
+    let stopped: Promise<void> | undefined;
+    const elect = a.driver.executor.leaderAttemptElect.bind(a.driver.executor);
+    a.driver.executor.leaderAttemptElect = async (p) => {
+      stopped ??= a.stop(); // the stop arrives while the statement runs
+      // Let the stop reach the leader (after the relay and the worker) before the election ends;
+      // with the fix the outcome does not depend on this wait, without it the lease stays held.
+      await new Promise((r) => setTimeout(r, 300));
+      return elect(p);
+    };
+    await a.start();
+    await expect.poll(() => stopped !== undefined).toBe(true);
+    await stopped;
+    expect(a.isLeader).toBe(false);
+    expect(await target.query(`select leader_id from "${schema}".leader`)).toEqual([]);
+    // Without the lease given back, b would wait out a's 60 s TTL.
+    const b = await testBus(target, events, { schema, instanceId: 'b', leader: { ttlMs: 60_000, renewMs: 100 } });
+    const bElected = b.lifecycle.waitFor('leader:elected', () => true, 2000);
+    await b.start();
+    await bElected;
+    expect(b.isLeader).toBe(true);
+  });
+
   test('a handler with concurrency 1 never runs two jobs at once', async () => {
     const bus = await testBus(target, events, { worker: { concurrency: 8 } });
     let running = 0;

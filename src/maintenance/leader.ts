@@ -53,6 +53,10 @@ export class Leader {
     try {
       const won = await this.driver.executor.leaderAttemptElect({ leaderId: this.options.leaderId, ttlMs: this.options.ttlMs, now: this.deps.clock.now() });
       if (this.started) this.set(won);
+      // Stopped while this election ran and it won the lease: give it back now (stop() waits for
+      // this tick), or every other process would wait out the TTL for a leader. A renewal (still
+      // leading) is given back by stop() itself.
+      else if (won && !this.leading) await this.driver.executor.leaderResign({ leaderId: this.options.leaderId }).catch(() => {});
     } catch (err) {
       this.deps.log.warn({ err: errorMessage(err) }, 'leader election failed');
       this.set(false); // cannot prove we still hold the lease
