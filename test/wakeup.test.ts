@@ -244,7 +244,6 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
   });
 });
 
-
 describe.skipIf(!postgresTarget.available)('the LISTEN connection on postgres', () => {
   it('a reconnection still on its way when the driver closes is ended, not left listening', async () => {
     const channel = `rea_reconnect_${freshSchema()}`;

@@ -78,12 +78,10 @@ export class ServiceRunner {
       const runOnce = () => {
         if (generation !== this.generation) return Promise.resolve();
         const work = this.service.runOnce();
-        const working: Promise<void> = work.then(
-          () => {},
-          () => {},
-        ).then(() => {
+        const clear = () => {
           if (this.working === working) this.working = undefined;
-        });
+        };
+        const working: Promise<void> = work.then(clear, clear);
         this.working = working;
         return work;
       };
