@@ -245,6 +245,53 @@ describeTargets('retention on $name', (target) => {
     await expect(wrongType.retention.run()).rejects.toThrow(/n is integer; it must be timestamp/);
   });
 
+  test('a partitioned table, or one with inheritance children, is refused by name and none of its rows go', async () => {
+    // A ctid names a row within one table only: deleting old rows by ctid through the parent also
+    // deleted fresh rows at the same place in its other partitions.
+    const clock = new ManualClock();
+    const app = `${(await testBus(target, events, quiet)).schema}_parts`;
+    onTestFinished(async () => {
+      await target.query(`drop schema if exists "${app}" cascade`);
+    });
+    await target.query(`create schema "${app}";
+      create table "${app}".visits (region text not null, at timestamptz not null) partition by list (region);
+      create table "${app}".visits_eu partition of "${app}".visits for values in ('eu');
+      create table "${app}".visits_us partition of "${app}".visits for values in ('us');
+      create table "${app}".logs (at timestamptz not null);
+      create table "${app}".logs_2026 () inherits ("${app}".logs)`);
+    const now = clock.now().getTime();
+    const old = new Date(now - 40 * DAY).toISOString();
+    const fresh = new Date(now).toISOString();
+    await target.query(`insert into "${app}".visits values ('eu', '${old}'), ('eu', '${old}'), ('us', '${fresh}'), ('us', '${fresh}')`);
+    await target.query(`insert into "${app}".logs values ('${old}'); insert into "${app}".logs_2026 values ('${fresh}')`);
+
+    for (const table of ['visits', 'logs']) {
+      const bus = await testBus(target, events, { clock, ...quiet });
+      bus.retention.register({ table: `${app}.${table}`, timeColumn: 'at', olderThan: '30d' });
+      await expect(bus.retention.run()).rejects.toThrow(
+        new RegExp(`retention\\.register\\(${app}\\.${table}\\)\\.table: ${app}\\.${table} is partitioned or has inheritance children`),
+      );
+    }
+    expect((await target.query<{ n: number }>(`select count(*)::int as n from "${app}".visits`))[0]!.n).toBe(4);
+    expect((await target.query<{ n: number }>(`select count(*)::int as n from "${app}".logs`))[0]!.n).toBe(2);
+
+    // Each partition on its own is a plain table: its old rows go, the other partition's stay.
+    const bus = await testBus(target, events, { clock, ...quiet });
+    bus.retention.register({ table: `${app}.visits_eu`, timeColumn: 'at', olderThan: '30d' });
+    bus.retention.register({ table: `${app}.visits_us`, timeColumn: 'at', olderThan: '30d' });
+    const report = await bus.retention.run();
+    expect(report.rules.filter((r) => r.rule.startsWith('app:')).map((r) => [r.rule, r.removed])).toEqual([
+      [`app:${app}.visits_eu`, 2], [`app:${app}.visits_us`, 0],
+    ]);
+    expect((await target.query<{ region: string }>(`select region from "${app}".visits order by region`)).map((r) => r.region)).toEqual(['us', 'us']);
+  });
+
+  test('a registered table that does not exist fails the pass naming the table', async () => {
+    const bus = await testBus(target, events, quiet);
+    bus.retention.register({ table: `${bus.schema}_none.t`, timeColumn: 'at', olderThan: '1d' });
+    await expect(bus.retention.run()).rejects.toThrow(/retention\.register\(.*_none\.t\)\.table: table .*_none\.t does not exist/);
+  });
+
   test('the leader runs the rules by itself; register after start is refused', async () => {
     const clock = new ManualClock();
     const bus = await testBus(target, events, { clock, relay: { enabled: false } });

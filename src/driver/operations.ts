@@ -59,8 +59,12 @@ export interface OperationsExecutor {
   retentionDelete(params: { target: RetentionTarget; limit: number; now: Date | null }): Promise<number>;
   /** How many rows a pass would remove now (for --dry-run). */
   retentionCount(params: { target: RetentionTarget; now: Date | null }): Promise<number>;
-  /** The type of an application table's time column, or null when the table or column is missing. */
-  appColumnType(params: { table: AppTableName; column: string }): Promise<string | null>;
+  /**
+   * An application table as retention needs it: the type of its time column (null when the
+   * column is missing), and whether it is partitioned or has inheritance children (its rows then
+   * live in several tables). Null when the table is missing.
+   */
+  appTable(params: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean } | null>;
 
   /** Counts exact up to `exactLimit`, planner-estimated beyond; `backlogThreshold` places backlogCrossedAt. */
   overviewFacts(params: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts>;

@@ -163,8 +163,13 @@ export class Retention {
     this.add(`app:${label}`, label, everyMs, false, async () => {
       if (olderThanMs < 0) return null;
       if (!checked) {
-        const type = await this.driver.operations.appColumnType({ table, column });
-        if (type === null) throw new OptionsError(`${field}.timeColumn`, `table ${label} has no column ${column} (or the table does not exist)`);
+        const found = await this.driver.operations.appTable({ table, column });
+        if (found === null) throw new OptionsError(`${field}.table`, `table ${label} does not exist`);
+        if (found.split) {
+          throw new OptionsError(`${field}.table`, `${label} is partitioned or has inheritance children; register each partition (or child) on its own, or drop old partitions instead`);
+        }
+        const type = found.columnType;
+        if (type === null) throw new OptionsError(`${field}.timeColumn`, `table ${label} has no column ${column}`);
         if (!TIME_TYPES.test(type)) throw new OptionsError(`${field}.timeColumn`, `${column} is ${type}; it must be timestamp, timestamptz or date`);
         checked = true;
       }

@@ -62,9 +62,10 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     }
   }
 
-  async appColumnType(p: { table: AppTableName; column: string }): Promise<string | null> {
-    const { rows } = await this.pool.query<Row>(this.sql.appColumnType, [quoteTable(p.table), p.column]);
-    return rows[0]?.type ?? null;
+  async appTable(p: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean } | null> {
+    const { rows } = await this.pool.query<Row>(this.sql.appTable, [quoteTable(p.table), p.column]);
+    const r = rows[0];
+    return r ? { columnType: r.column_type ?? null, split: r.split === true } : null;
   }
 
   async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts> {

@@ -122,7 +122,10 @@ select count(*)::int as n from gone`,
 
     retentionCountConsumes: count(consumeVictims(false)),
 
-    /** `t` and `c` are quoted, validated identifiers. ctid needs no primary key; `= any(array)` is a TID scan. */
+    /**
+     * `t` and `c` are quoted, validated identifiers; `t` is one table, not partitioned and without
+     * inheritance children (checked first: appTable). ctid needs no primary key; `= any(array)` is a TID scan.
+     */
     retentionDeleteApp: (t: string, c: string) => /* sql */ `${cutoff}, victims as (
   select ctid from ${t} where ${c} < (select at from cutoff) limit $3 for update skip locked
 ), gone as (
@@ -132,10 +135,14 @@ select count(*)::int as n from gone`,
 
     retentionCountApp: (t: string, c: string) => count(`select 1 from ${t} where ${c} < (select at from cutoff) limit $3`),
 
-    appColumnType: /* sql */ `
-select format_type(a.atttypid, a.atttypmod) as type
-from pg_attribute a
-where a.attrelid = to_regclass($1) and a.attname = $2 and a.attnum > 0 and not a.attisdropped`,
+    // split: a partitioned table, or one with inheritance children. A ctid names a row only within
+    // one of its tables, so retentionDeleteApp would also delete rows at the same place in others.
+    appTable: /* sql */ `
+select (select format_type(a.atttypid, a.atttypmod) from pg_attribute a
+        where a.attrelid = c.oid and a.attname = $2 and a.attnum > 0 and not a.attisdropped) as column_type,
+       c.relkind = 'p' or exists (select 1 from pg_inherits i where i.inhparent = c.oid) as split
+from pg_class c
+where c.oid = to_regclass($1)`,
 
     // Every figure reads a partial index of live rows, or jobs_finalized_idx for final states,
     // and stops counting at $1 (the exact limit + 1); the executor estimates beyond that.
