@@ -3,7 +3,7 @@
 import { expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents, permanent, retryAfter, type HandlerContext } from '../src/index.js';
-import { describeTargets, freshSchema, quickBackoff, testBus } from './helpers/db.js';
+import { describeTargets, freshSchema, PG_URL, quickBackoff, testBus } from './helpers/db.js';
 import { deferred } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -196,6 +196,78 @@ describeTargets('delivery on $name', (target) => {
     await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: 'n' }));
     expect((await done).attempt).toBe(2);
     expect(await target.query(`select note from "${s}".side_effects`)).toEqual([{ note: 'n:2' }]);
+  });
+
+  test('transactional: a handler that rolls back rea\'s transaction itself is not completed; the attempt fails, and the retry\'s write is kept', async () => {
+    // After its ROLLBACK the completion ran outside any transaction and succeeded: the job said
+    // completed while its write and its consume record were gone.
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".side_effects (note text)`);
+    bus.on('audit.logged', 'self-rollback', async (e, ctx) => {
+      await ctx.tx!.query(`insert into "${s}".side_effects values ($1)`, [`${e.payload.note}:${ctx.attempt}`]);
+      if (ctx.attempt === 1) await ctx.tx!.query('rollback');
+    }, { transactional: true, backoff: quickBackoff });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const done = bus.lifecycle.waitFor('job:completed');
+    const id = await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: 'n' }));
+    expect((await failed).error).toMatch(/^handler self-rollback rolled back its transaction \(ctx\.tx\)/);
+    expect((await done).attempt).toBe(2);
+    expect(await target.query(`select note from "${s}".side_effects`)).toEqual([{ note: 'n:2' }]);
+    expect(await target.query(`select handler from "${s}".consumes where event_id = $1`, [id])).toEqual([{ handler: 'self-rollback' }]);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job).toMatchObject({ state: 'completed', attempt: 2 });
+    expect(job!.errors.map((x) => x.name)).toEqual(['HandlerTransactionEndedError']);
+  });
+
+  // PGlite's one connection is held by the handler's transaction: the rescue cannot come from beside it there.
+  it.skipIf(!target.available || target.name !== 'postgres')('transactional: a job rescued while its handler ran is not reported completed; its writes roll back and the next attempt makes them once', async () => {
+    const bus = await testBus(target, events);
+    const s = bus.schema;
+    await target.query(`create table "${s}".side_effects (note text)`);
+    const completed: number[] = [];
+    bus.lifecycle.on('job:completed', (c) => completed.push(c.attempt));
+    bus.on('audit.logged', 'slow-writer', async (e, ctx) => {
+      await ctx.tx!.query(`insert into "${s}".side_effects values ($1)`, [`${e.payload.note}:${ctx.attempt}`]);
+      // What the rescuer does to a job whose lease expired, from another connection.
+      if (ctx.attempt === 1) await target.query(`update "${s}".jobs set state = 'retryable', lease_expires_at = null where id = $1`, [ctx.jobId]);
+    }, { transactional: true, backoff: quickBackoff });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const done = bus.lifecycle.waitFor('job:completed');
+    const id = await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: 'n' }));
+    expect((await failed).error).toMatch(/lease expired while it ran/);
+    expect((await done).attempt).toBe(2);
+    expect(completed).toEqual([2]);
+    expect(await target.query(`select note from "${s}".side_effects`)).toEqual([{ note: 'n:2' }]);
+    expect((await bus.jobs.forEvent(id))[0]).toMatchObject({ state: 'completed', attempt: 2 });
+  });
+
+  // On PostgreSQL a transactional handler waits for a pool connection (PGlite's one connection is
+  // not a pool: there, rea's transactions queue inside PGlite itself).
+  it.skipIf(!target.available || target.name !== 'postgres')('transactional: a job whose timeout passes while it waits for a connection never calls its handler', async () => {
+    const bus = await testBus(target, events, { database: { postgres: PG_URL, poolSize: 2 }, relay: { enabled: false } });
+    const called: boolean[] = [];
+    for (const name of ['hog-1', 'hog-2']) {
+      bus.on('order.created', name, async (_e, ctx) => {
+        await ctx.tx!.query('select pg_sleep(1)');
+      }, { transactional: true, maxAttempts: 1 });
+    }
+    bus.on('order.paid', 'victim', async (_e, ctx) => {
+      called.push(ctx.signal.aborted);
+    }, { transactional: true, maxAttempts: 1, timeoutMs: 200 });
+    // Subscriptions are stored at start; the relay runs only when asked. One round makes the hogs'
+    // jobs and then the victim's: they start in that order, the hogs take both connections for a
+    // second, and the victim's job waits for one past its timeout.
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'W' }));
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'W', amount: 1 }));
+    const discarded = bus.lifecycle.waitFor('job:discarded', (d) => d.handler === 'victim');
+    await bus.relayOnce();
+    expect((await discarded).error).toBe('handler timed out after 200 ms and was aborted');
+    expect(called).toEqual([]);
+    expect((await bus.jobs.forEvent(id)).map((j) => j.state)).toEqual(['discarded']);
   });
 
   test('transactional: a write a handler makes after its timeout fails and never commits, through ctx.tx or its raw handle', async () => {

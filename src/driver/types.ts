@@ -272,6 +272,12 @@ export interface Executor {
   jobRescue(params: { limit: number; now: Date | null }): Promise<{ rescued: number; discarded: number }>;
   jobListForEvent(params: { eventId: string }): Promise<JobRow[]>;
 
+  /**
+   * Complete a transactional handler's job in its transaction `q`, if `q` still holds the consume
+   * record (the handler did not end the transaction): `consumed` false when it is gone,
+   * `completed` false when the job is no longer running at that attempt (it was rescued).
+   */
+  jobCompleteConsumed(q: Queryable, params: { id: string; attempt: number; eventId: string; handler: string; now: Date | null }): Promise<{ consumed: boolean; completed: boolean }>;
   /** Insert the consume record; false when it already existed (the effect already committed). */
   consumeInsert(q: Queryable, params: { eventId: string; handler: string }): Promise<boolean>;
 

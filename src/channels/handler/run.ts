@@ -55,6 +55,7 @@ export async function runHandler(
   clock: Clock,
 ): Promise<HandlerOutcome> {
   if (!handler.transactional) {
+    if (abort.aborted) throw abort.reason;
     await abort.race(call(handler, job, new JobContext(job, handler.name, abort, log, undefined)));
     return 'succeeded';
   }
@@ -62,6 +63,10 @@ export async function runHandler(
   return driver.transaction(async (q, raw) => {
     const fresh = await driver.executor.consumeInsert(q, { eventId: job.event.id, handler: handler.name });
     if (fresh) {
+      // The job may have been aborted (its timeout, a stop) while this waited for a connection:
+      // the handler must not start then, or its effects outside the database would come on an
+      // attempt recorded as failed, and again on the retry.
+      if (abort.aborted) throw abort.reason;
       const state = { open: true };
       try {
         await abort.race(call(handler, job, context(makeTransaction(q, raw, state))));
@@ -69,9 +74,30 @@ export async function runHandler(
         state.open = false;
       }
     }
-    await driver.executor.jobCompleteMany(q, { jobs: [{ id: job.id, attempt: job.attempt }], now: clock.now() });
+    const { consumed, completed } = await driver.executor.jobCompleteConsumed(q, {
+      id: job.id, attempt: job.attempt, eventId: job.event.id, handler: handler.name, now: clock.now(),
+    });
+    if (!consumed) throw new HandlerTransactionEndedError(handler.name);
+    if (!completed) throw new LeaseLostError();
     return fresh ? 'committed' : 'already-consumed';
   }, { aborted: () => abort.aborted });
+}
+
+/** A transactional handler rolled back rea's transaction through ctx.tx: nothing of the attempt was kept. */
+export class HandlerTransactionEndedError extends Error {
+  constructor(handler: string) {
+    super(`handler ${handler} rolled back its transaction (ctx.tx): its writes and the consume record are gone, so the job is not completed; `
+      + 'throw instead of rolling back, and rea rolls back and retries');
+    this.name = 'HandlerTransactionEndedError';
+  }
+}
+
+/** The job's lease expired while it ran and the rescuer returned it to the queue: this attempt's writes are rolled back. */
+export class LeaseLostError extends Error {
+  constructor() {
+    super('the job\'s lease expired while it ran and it went back to the queue; this attempt\'s writes were rolled back and the job runs again');
+    this.name = 'LeaseLostError';
+  }
 }
 
 /** The user's function, through an async wrapper so a synchronous throw becomes a rejection like any other. */

@@ -177,6 +177,11 @@ export class PostgresExecutor implements Executor {
     return rows.map(mapJob);
   }
 
+  async jobCompleteConsumed(q: Queryable, p: { id: string; attempt: number; eventId: string; handler: string; now: Date | null }) {
+    const { rows } = await q.query<Row>(this.sql.jobCompleteConsumed, [p.id, p.attempt, p.now, p.eventId, p.handler]);
+    return { consumed: rows[0]?.consumed === true, completed: Number(rows[0]?.completed ?? 0) === 1 };
+  }
+
   async consumeInsert(q: Queryable, p: { eventId: string; handler: string }): Promise<boolean> {
     const { rows } = await q.query(this.sql.consumeInsert, [p.eventId, p.handler]);
     return rows.length === 1;

@@ -370,6 +370,22 @@ set state = 'completed', finalized_at = coalesce($3::timestamptz, now()), lease_
 from d
 where j.id = d.id and j.attempt = d.attempt and j.state = d.running`,
 
+    // A transactional handler's completion, in its transaction: only while that transaction still
+    // holds the consume record written before the handler ran. A handler that ended it (ROLLBACK)
+    // took the record and its effect with it, and this then runs outside any transaction: the job
+    // must not be completed. $1 id, $2 attempt, $3 now, $4 event id, $5 handler.
+    jobCompleteConsumed: /* sql */ `
+${runningBatch('(select $1::bigint as id, $2::int as attempt) d')},
+consumed as (select exists (select 1 from ${s}.consumes where event_id = $4::uuid and handler = $5) as yes),
+done as (
+  update ${s}.jobs j
+  set state = 'completed', finalized_at = coalesce($3::timestamptz, now()), lease_expires_at = null
+  from d
+  where j.id = d.id and j.attempt = d.attempt and j.state = d.running and (select yes from consumed)
+  returning 1
+)
+select (select yes from consumed) as consumed, (select count(*)::int from done) as completed`,
+
     jobReleaseMany: /* sql */ `
 ${runningBatch('unnest($1::bigint[], $2::int[]) as d(id, attempt)')}
 update ${s}.jobs j
