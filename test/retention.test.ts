@@ -81,6 +81,32 @@ describeTargets('retention on $name', (target) => {
     expect(fanned.every((id) => !left.includes(id))).toBe(true);
   });
 
+  test('an event whose job was discarded stays while that job is kept, so retrying the dead letter still finds it', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet });
+    const s = bus.schema;
+    const [eventId] = await record(bus, 1);
+    await bus.relayOnce();
+    // Discarded six days after its event (a webhook's 18 attempts take about four).
+    clock.advance(6 * DAY);
+    const [{ id: jobId }] = await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at) values ($1, 'handler', 'fixed-later', 5, 1000, 'discarded', 5, $2) returning id::text as id`,
+      [eventId, clock.now()],
+    );
+    clock.advance(2 * DAY);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'events')!.removed).toBe(0);
+    expect(await bus.jobs.retry([jobId])).toEqual([jobId]);
+
+    // Once the jobs rule has removed the discarded job (7 days after it ended), the event goes too.
+    await target.query(`update "${s}".jobs set state = 'discarded', finalized_at = $2 where id = $1`, [jobId, clock.now()]);
+    clock.advance(7 * DAY + 1);
+    const report = await bus.retention.run();
+    // The events rule runs before the jobs rules in a pass: it sees the job one pass later.
+    expect(report.rules.find((r) => r.rule === 'jobs.discarded')!.removed).toBe(1);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'events')!.removed).toBe(1);
+    expect(await ids(target, s)).toEqual([]);
+  });
+
   test('archive mode moves fanned events to events_archive, whose own window then deletes them', async () => {
     const clock = new ManualClock();
     const bus = await testBus(target, events, { clock, ...quiet, retention: { events: { archive: true, archiveOlderThanMs: 30 * DAY } } });
@@ -168,7 +194,8 @@ describeTargets('retention on $name', (target) => {
     clock.advance(8 * DAY);
     const dry = await bus.retention.run({ dryRun: true });
     expect(dry.dryRun).toBe(true);
-    expect(Object.fromEntries(dry.rules.map((r) => [r.rule, r.removed]))).toMatchObject({ events: 5, 'jobs.completed': 1, 'jobs.discarded': 1 });
+    // The event with the discarded job stays while that job does (this pass removes the job).
+    expect(Object.fromEntries(dry.rules.map((r) => [r.rule, r.removed]))).toMatchObject({ events: 4, 'jobs.completed': 1, 'jobs.discarded': 1 });
     expect(dry.removed).toBe(dry.rules.reduce((n, r) => n + r.removed, 0));
     expect((await target.query(`select count(*)::int as n from "${s}".jobs`))[0].n).toBe(2);
     expect((await ids(target, s)).length).toBe(5);

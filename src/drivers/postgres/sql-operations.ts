@@ -23,14 +23,16 @@ const EVENT_COLUMNS = 'id, type, subject, payload, trace_id, created_by, version
 export function postgresOperationsStatements(s: string) {
   // Fanned, not poisoned, old by both id (the index) and created_at (the truth, should an app
   // clock have been skewed), and no job of it still waiting or running: a job whose retries
-  // outlast the window must still find its event.
+  // outlast the window must still find its event. Nor a discarded one, while the jobs rule keeps
+  // it: the jobs_discarded alert says to fix the handler and retry them, and a retried job needs
+  // its event (a webhook's 18 attempts take ~4 of the 7 days).
   const eventVictims = (lock: boolean) => /* sql */ `
   select e.id from ${s}.events e, cutoff
   where e.id < cutoff.id and e.created_at < cutoff.at
     and e.fanned_out_at is not null and e.poisoned_at is null
     and not exists (
       select 1 from ${s}.jobs j
-      where j.event_id = e.id and j.state in ('available', 'running', 'retryable'))
+      where j.event_id = e.id and j.state in ('available', 'running', 'retryable', 'discarded'))
   order by e.id
   limit $3${lock ? '\n  for update of e skip locked' : ''}`;
 
