@@ -257,6 +257,9 @@ describe('registration', () => {
     expect(() => bus.on('order.created', 'three', () => {}, { maxAttempts: 0 })).toThrow(/invalid option bus.on\('three'\).options.maxAttempts/);
     expect(() => bus.on('order.created', 'four', () => {}, { timeoutMs: 5, bogus: 1 } as object)).toThrow(/unknown option\(s\) bogus/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { batchSize: -1 } })).toThrow(/invalid option createBus.relay.batchSize/);
+    // A margin of 0 passed, and every claimed job went straight back to the queue: none ever ran.
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 0 } })).toThrow(/invalid option createBus.worker.leaseMarginMs: .*100/);
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 100 } })).not.toThrow();
     await bus.stop();
   });
 });

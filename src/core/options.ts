@@ -182,7 +182,8 @@ export const busOptionsSchema = z.object({
     maxPollMs: positiveInt.optional(),
     completionFlushMs: nonNegInt.optional(),
     completionBatchSize: positiveInt.optional(),
-    leaseMarginMs: nonNegInt.optional(),
+    // The buffer gives a job back once it waited half this: below ~100 ms every claimed job would go straight back.
+    leaseMarginMs: nonNegInt.min(100).optional(),
     prefetch: nonNegInt.max(100_000).optional(),
     heartbeatMs: positiveInt.optional(),
   }).strict().optional(),
