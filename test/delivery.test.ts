@@ -221,6 +221,28 @@ describeTargets('delivery on $name', (target) => {
     expect(job!.errors.map((x) => x.name)).toEqual(['HandlerTransactionEndedError']);
   });
 
+  test('priority: a higher-priority job claimed together with lower ones starts first', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { concurrency: 2 } });
+    const order: string[] = [];
+    bus.on('order.created', 'low', (e) => { order.push(`low:${e.payload.orderNo}`); }, { priority: 10 });
+    bus.on('order.paid', 'high', () => { order.push('high'); }, { priority: 0 });
+    // Stored as start() stores them, so the round below makes the jobs before any worker runs.
+    await bus.driver.executor.handlerUpsertMany([
+      { name: 'low', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 25, leaseMs: 35_000, priority: 10 },
+      { name: 'high', patterns: ['order.paid'], coalesceSubject: false, maxAttempts: 25, leaseMs: 35_000, priority: 0 },
+    ]);
+    for (let n = 1; n <= 6; n++) await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: `${n}` }));
+    await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'P', amount: 1 }));
+    await bus.relayOnce();
+    let completed = 0;
+    const all = new Promise<void>((resolve) => bus.lifecycle.on('job:completed', () => ++completed === 7 && resolve()));
+    await bus.start();
+    await all;
+    // One claim takes all seven: the worker starts them in the order the claim returns them.
+    expect(order[0]).toBe('high');
+    expect(order.slice(1)).toEqual(['low:1', 'low:2', 'low:3', 'low:4', 'low:5', 'low:6']);
+  });
+
   // PGlite's one connection is held by the handler's transaction: the rescue cannot come from beside it there.
   it.skipIf(!target.available || target.name !== 'postgres')('transactional: a job rescued while its handler ran is not reported completed; its writes roll back and the next attempt makes them once', async () => {
     const bus = await testBus(target, events);

@@ -353,15 +353,17 @@ with targets as (
       lease_expires_at = coalesce($5::timestamptz, now()) + picked.lease_ms * interval '1 millisecond'
   from picked
   where j.id = picked.id
-  returning j.id, j.event_id, j.kind, j.target, j.attempt, j.max_attempts, j.coalesced
+  returning j.id, j.event_id, j.kind, j.target, j.attempt, j.max_attempts, j.coalesced, j.priority, j.scheduled_at
 )
 -- created_at as epoch milliseconds: a float is far cheaper for the client to parse than a timestamp.
+-- In the order they were picked: the worker starts them in the order they come back, so a
+-- higher-priority job claimed with lower ones runs first.
 select c.id::text as id, c.kind, c.target, c.attempt, c.max_attempts, c.coalesced,
        c.event_id::text as event_id, e.type, e.subject, e.payload, e.trace_id, e.created_by,
        e.version, (extract(epoch from e.created_at) * 1000)::float8 as created_at_ms, e.id is not null as event_found
 from claimed c
 left join ${s}.events e on e.id = c.event_id
-order by c.id`,
+order by c.priority, c.scheduled_at, c.id`,
 
     jobCompleteMany: /* sql */ `
 ${runningBatch('unnest($1::bigint[], $2::int[]) as d(id, attempt)')}
