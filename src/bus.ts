@@ -281,10 +281,6 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     new ServiceRunner(new EndpointHealth(driver, {
       intervalMs: webhookOptions.healthIntervalMs, disableAfterMs: webhookOptions.disableAfterMs, batchSize: 1000,
     }, { clock, lifecycle }), log, housekeeping),
-    new ServiceRunner(new AttemptRetention(driver, {
-      intervalMs: webhookOptions.attemptRetentionIntervalMs, olderThanMs: webhookOptions.attemptRetentionMs,
-      batchSize: webhookOptions.attemptRetentionBatchSize, pauseMs: 100,
-    }, { clock, lifecycle }), log, housekeeping),
   );
   const retentionSettings = {
     ...DEFAULTS.retention, ...o.retention,
@@ -292,6 +288,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     jobs: { ...DEFAULTS.retention.jobs, ...o.retention?.jobs },
     consumes: { ...DEFAULTS.retention.consumes, ...o.retention?.consumes },
   };
+  // Like the retention rules: pauses of retention.pauseMs between full batches, and a pass ends
+  // between batches once this process stops leading or stops.
+  maintenance.push(new ServiceRunner(new AttemptRetention(driver, {
+    intervalMs: webhookOptions.attemptRetentionIntervalMs, olderThanMs: webhookOptions.attemptRetentionMs,
+    batchSize: webhookOptions.attemptRetentionBatchSize, pauseMs: retentionSettings.pauseMs,
+  }, { clock, lifecycle, keepGoing: () => leader.isLeader && state === 'started' }), log, housekeeping));
   const alertThresholds: AlertThresholds = { ...DEFAULTS.alerts, ...o.alerts };
   const exactCountLimit = o.overview?.exactCountLimit ?? DEFAULTS.overview.exactCountLimit;
   const retention = new Retention(driver, retentionSettings, {

@@ -20,7 +20,11 @@ export class AttemptRetention implements MaintenanceService {
   constructor(
     private readonly driver: Driver,
     private readonly options: AttemptRetentionOptions,
-    private readonly deps: { clock: Clock; lifecycle: Lifecycle },
+    private readonly deps: {
+      clock: Clock; lifecycle: Lifecycle;
+      /** Checked between batches: a pass stops early once this process stops leading (or stops). */
+      keepGoing: () => boolean;
+    },
   ) {
     this.intervalMs = options.intervalMs;
   }
@@ -32,8 +36,9 @@ export class AttemptRetention implements MaintenanceService {
         olderThanMs: this.options.olderThanMs, limit: this.options.batchSize, now: this.deps.clock.now(),
       });
       deleted += n;
-      if (n < this.options.batchSize) break;
+      if (n < this.options.batchSize || !this.deps.keepGoing()) break;
       await new Promise((r) => setTimeout(r, this.options.pauseMs));
+      if (!this.deps.keepGoing()) break;
     }
     if (deleted > 0) this.deps.lifecycle.emit('webhook:attempts:deleted', { deleted });
     return { deleted };
