@@ -250,6 +250,15 @@ describe('maintenance runner', () => {
     expect(passes).toBe(after); // nothing runs after stop()
   });
 
+  it('an interval longer than a Node timer keeps (a monthly rule) waits for it, not 1 ms', async () => {
+    let passes = 0;
+    const runner = new ServiceRunner({ name: 'monthly', intervalMs: 30 * 24 * 3600_000, runOnce: async () => { passes++; } }, log);
+    runner.start();
+    await sleep(300);
+    await runner.stop();
+    expect(passes).toBe(1);
+  });
+
   it('a pass that fails while the runner is stopped (leadership lost as PostgreSQL restarts): stop() resolves, the failure is logged once', async () => {
     const warnings: unknown[] = [];
     const watched = { ...log, warn(o: unknown, msg: string) { warnings.push([msg, o]); } };

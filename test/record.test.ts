@@ -260,6 +260,9 @@ describe('registration', () => {
     // A margin of 0 passed, and every claimed job went straight back to the queue: none ever ran.
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 0 } })).toThrow(/invalid option createBus.worker.leaseMarginMs: .*100/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 100 } })).not.toThrow();
+    // Past what a Node timer keeps, a delay fired after 1 ms; past 100 years, a window overflowed SQL's timestamps.
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { maxPollMs: 3e9 } })).toThrow(/invalid option createBus.relay.maxPollMs: at most 2147483647 ms/);
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, retention: { events: { olderThanMs: 1e15 } } })).toThrow(/invalid option createBus.retention.events.olderThanMs: .*100 years/);
     await bus.stop();
   });
 });

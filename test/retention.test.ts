@@ -45,6 +45,7 @@ describe('retention windows (pure)', () => {
     expect(parseDuration(-1, 'f')).toBe(-1);
     expect(() => parseDuration('soon', 'retention.register(x).olderThan')).toThrow(/retention\.register\(x\)\.olderThan/);
     expect(() => parseDuration(0, 'f')).toThrow(OptionsError);
+    expect(() => parseDuration('40000d', 'f')).toThrow(/longer than 100 years; use -1 to keep forever/);
   });
 });
 

@@ -153,10 +153,19 @@ export const DEFAULTS = {
   },
 } as const;
 
+/** The longest delay Node's setTimeout keeps (~24.8 days); a longer one fires after 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** The longest retention window or interval: 100 years (a longer one overflowed timestamps in SQL). */
+export const MAX_WINDOW_MS = 100 * 365 * 24 * 3600_000;
+
 const positiveInt = z.number().int().positive();
 const nonNegInt = z.number().int().nonnegative();
+/** A delay rea keeps in a timer of its own. */
+const timerMs = positiveInt.max(MAX_TIMER_MS, `at most ${MAX_TIMER_MS} ms (about 24.8 days)`);
 /** A window or interval in ms, or -1 for "keep forever" / "never". */
-const windowMs = z.union([z.literal(-1), positiveInt], { error: 'a positive number of milliseconds, or -1 for keep forever' });
+const windowMs = z.union([z.literal(-1), positiveInt.max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 for keep forever`)], {
+  error: `a positive number of milliseconds up to ${MAX_WINDOW_MS} (100 years), or -1 for keep forever`,
+});
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
@@ -168,8 +177,8 @@ export const busOptionsSchema = z.object({
   relay: z.object({
     enabled: z.boolean().optional(),
     batchSize: positiveInt.max(10_000).optional(),
-    minPollMs: nonNegInt.optional(),
-    maxPollMs: positiveInt.optional(),
+    minPollMs: nonNegInt.max(MAX_TIMER_MS).optional(),
+    maxPollMs: timerMs.optional(),
     maxFanAttempts: positiveInt.optional(),
     concurrency: positiveInt.max(16).optional(),
     handOff: z.boolean().optional(),
@@ -178,42 +187,42 @@ export const busOptionsSchema = z.object({
   worker: z.object({
     enabled: z.boolean().optional(),
     concurrency: positiveInt.max(10_000).optional(),
-    minPollMs: nonNegInt.optional(),
-    maxPollMs: positiveInt.optional(),
-    completionFlushMs: nonNegInt.optional(),
+    minPollMs: nonNegInt.max(MAX_TIMER_MS).optional(),
+    maxPollMs: timerMs.optional(),
+    completionFlushMs: nonNegInt.max(MAX_TIMER_MS).optional(),
     completionBatchSize: positiveInt.optional(),
     // The buffer gives a job back once it waited half this: below ~100 ms every claimed job would go straight back.
-    leaseMarginMs: nonNegInt.min(100).optional(),
+    leaseMarginMs: nonNegInt.min(100).max(MAX_TIMER_MS).optional(),
     prefetch: nonNegInt.max(100_000).optional(),
-    heartbeatMs: positiveInt.optional(),
+    heartbeatMs: timerMs.optional(),
   }).strict().optional(),
-  notifyDebounceMs: nonNegInt.optional(),
-  leader: z.object({ ttlMs: positiveInt.optional(), renewMs: positiveInt.optional() }).strict().optional(),
+  notifyDebounceMs: nonNegInt.max(MAX_TIMER_MS).optional(),
+  leader: z.object({ ttlMs: timerMs.optional(), renewMs: timerMs.optional() }).strict().optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
   vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: positiveInt.optional() }).strict().optional(),
   webhooks: z.object({
     enabled: z.boolean().optional(),
     allowPrivateNetworks: z.boolean().optional(),
     allowlist: z.array(z.string().min(1)).optional(),
-    secretGraceMs: nonNegInt.optional(),
+    secretGraceMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
     maxAttempts: positiveInt.max(1000).optional(),
     timeoutMs: positiveInt.max(3600_000).optional(),
     connectTimeoutMs: positiveInt.max(3600_000).optional(),
     maxResponseBytes: positiveInt.optional(),
-    maxRetryAfterMs: positiveInt.optional(),
+    maxRetryAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
     concurrency: positiveInt.max(10_000).optional(),
-    failingDelayMs: nonNegInt.optional(),
-    disableAfterMs: positiveInt.optional(),
+    failingDelayMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
+    disableAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
     healthIntervalMs: positiveInt.optional(),
-    attemptRetentionMs: positiveInt.optional(),
-    attemptRetentionIntervalMs: positiveInt.optional(),
+    attemptRetentionMs: positiveInt.max(MAX_WINDOW_MS).optional(),
+    attemptRetentionIntervalMs: positiveInt.max(MAX_WINDOW_MS).optional(),
     attemptRetentionBatchSize: positiveInt.optional(),
     resolve: z.function().optional(),
   }).strict().optional(),
   retention: z.object({
     enabled: z.boolean().optional(),
     batchSize: positiveInt.max(1_000_000).optional(),
-    pauseMs: nonNegInt.optional(),
+    pauseMs: nonNegInt.max(MAX_TIMER_MS).optional(),
     events: z.object({
       olderThanMs: windowMs.optional(), everyMs: windowMs.optional(), archive: z.boolean().optional(),
       archiveOlderThanMs: windowMs.optional(),

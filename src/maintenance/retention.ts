@@ -6,6 +6,7 @@ import type { Clock } from '../core/clock.js';
 import { OptionsError } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import type { Logger } from '../core/logger.js';
+import { MAX_WINDOW_MS } from '../core/options.js';
 import type { AppTableName, RetentionTarget } from '../driver/operations.js';
 import type { Driver } from '../driver/types.js';
 import type { MaintenanceService } from './service.js';
@@ -96,13 +97,16 @@ export function consumeRetentionMs(p: { scheduleMs: number; discardedMs: number;
 
 export function parseDuration(value: unknown, field: string): number {
   if (value === -1 || value === '-1') return -1;
-  if (typeof value === 'number' && Number.isInteger(value) && value > 0) return value;
+  let ms: number | undefined;
+  if (typeof value === 'number' && Number.isInteger(value) && value > 0) ms = value;
   if (typeof value === 'string') {
     const m = /^(\d+)\s*(ms|s|m|min|h|d)$/.exec(value.trim());
     const unit = { ms: 1, s: 1000, m: 60_000, min: 60_000, h: 3600_000, d: 86_400_000 } as const;
-    if (m && Number(m[1]) > 0) return Number(m[1]) * unit[m[2] as keyof typeof unit];
+    if (m && Number(m[1]) > 0) ms = Number(m[1]) * unit[m[2] as keyof typeof unit];
   }
-  throw new OptionsError(field, `${JSON.stringify(value)} is not a duration: give milliseconds, '90s', '15m', '24h', '7d', or -1 for keep`);
+  if (ms === undefined) throw new OptionsError(field, `${JSON.stringify(value)} is not a duration: give milliseconds, '90s', '15m', '24h', '7d', or -1 for keep`);
+  if (ms > MAX_WINDOW_MS) throw new OptionsError(field, `${JSON.stringify(value)} is longer than 100 years; use -1 to keep forever`);
+  return ms;
 }
 
 export class Retention {

@@ -2,6 +2,7 @@
 // every intervalMs while this process leads; start() and stop() may be called twice.
 import { errorMessage } from '../core/errors-format.js';
 import type { Logger } from '../core/logger.js';
+import { MAX_TIMER_MS } from '../core/options.js';
 
 export interface MaintenanceService {
   readonly name: string;
@@ -70,6 +71,15 @@ export class ServiceRunner {
   }
 
   private schedule(ms: number, generation: number): void {
+    // Node runs a timer longer than MAX_TIMER_MS after 1 ms instead (with a warning): an interval
+    // of a month would have run its pass back to back. Wait in steps that Node keeps.
+    if (ms > MAX_TIMER_MS) {
+      this.timer = setTimeout(() => {
+        if (generation === this.generation) this.schedule(ms - MAX_TIMER_MS, generation);
+      }, MAX_TIMER_MS);
+      this.timer.unref?.();
+      return;
+    }
     this.timer = setTimeout(async () => {
       // A pass of an earlier start may still be in flight: never run two at once.
       if (this.running) await this.running;
