@@ -149,6 +149,43 @@ describeTargets('webhooks on $name', (target) => {
     expect(job!.errors[0]!.message).toBe('HTTP 429; Retry-After 120 s');
   });
 
+  test('Retry-After can only delay a retry: 0, a past date or 1 s still wait the attempt⁴ schedule (injected clock)', async () => {
+    const clock = new ManualClock(Date.UTC(2025, 5, 1, 8));
+    const bus = await testBus(target, events, { ...local, clock });
+    // Each throttled answer asks for less than the schedule; before, it was taken as the delay, so a
+    // receiver always answering "429, Retry-After: 0" used up all 18 attempts in under a second.
+    const answers = [
+      { status: 429, retryAfter: () => '0' },
+      { status: 503, retryAfter: () => new Date(clock.now().getTime() - 60_000).toUTCString() },
+      { status: 429, retryAfter: () => '1' },
+    ];
+    const r = await receiver((_q, res, n) => {
+      const a = answers[n - 1];
+      if (a) res.writeHead(a.status, { 'retry-after': a.retryAfter() }).end();
+      else res.end('ok');
+    });
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const completed = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+    // Attempt n waits n⁴ s ±10 %: 1 s, 16 s, 81 s.
+    const windows = [[900, 1_100], [14_400, 17_600], [72_900, 89_100]] as const;
+    let failed = bus.lifecycle.waitFor('job:failed');
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'RA0' }));
+    for (const [n, [low, high]] of windows.entries()) {
+      const f = await failed;
+      expect(f.attempt).toBe(n + 1);
+      const delay = f.retryAt!.getTime() - clock.now().getTime();
+      expect(delay, `attempt ${n + 1}`).toBeGreaterThanOrEqual(low);
+      expect(delay, `attempt ${n + 1}`).toBeLessThanOrEqual(high);
+      expect(r.received).toHaveLength(n + 1); // nothing sent before the clock reaches the retry
+      failed = bus.lifecycle.waitFor('job:failed');
+      clock.advance(delay);
+    }
+    expect((await completed).attempt).toBe(4);
+    const [job] = await bus.jobs.forEvent(eventId);
+    expect(job!.errors.map((e) => e.message)).toEqual(['HTTP 429; Retry-After 0 s', 'HTTP 503; Retry-After 0 s', 'HTTP 429; Retry-After 1 s']);
+  });
+
   test('410 Gone disables the endpoint at once, discards the delivery, and fan-out skips it afterwards', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver((_q, res) => res.writeHead(410).end('unsubscribed'));

@@ -1,6 +1,6 @@
 // The webhook channel: turns a claimed webhook job into one signed HTTP attempt, writes the
 // attempt log and the endpoint's health in one statement, and tells the worker what comes next
-// (complete, retry on the attempt⁴ schedule, retry at Retry-After, or discard).
+// (complete, retry on the attempt⁴ schedule or at a later Retry-After, or discard).
 import { appNow, type Clock } from '../../core/clock.js';
 import { permanent, retryAfter } from '../../core/errors.js';
 import { storable } from '../../core/errors-format.js';
@@ -221,8 +221,13 @@ export class WebhookChannel implements JobChannel {
         throw permanent(new Error('HTTP 410 Gone: the endpoint was disabled'));
       case 'refused':
         throw permanent(new Error(what));
-      case 'throttled':
-        throw retryAfter(result.retryAfterMs ?? 0, new Error(`HTTP ${result.status}; Retry-After ${Math.round((result.retryAfterMs ?? 0) / 1000)} s`));
+      case 'throttled': {
+        // A throttled attempt counts like any other, so Retry-After may only push the next one
+        // later than the attempt⁴ schedule, never sooner: a receiver answering "Retry-After: 0"
+        // (or a past date) would otherwise spend every attempt within seconds and lose the delivery.
+        const delayMs = Math.max(result.retryAfterMs ?? 0, this.backoffMs(job));
+        throw retryAfter(delayMs, new Error(`HTTP ${result.status}; Retry-After ${Math.round((result.retryAfterMs ?? 0) / 1000)} s`));
+      }
       default:
         throw new Error(what);
     }

@@ -1,5 +1,5 @@
 // When to try a failed webhook delivery again: attempt n waits n⁴ seconds ±10 % (about
-// 3–4 days over 18 attempts), and a receiver's Retry-After is honoured within a bound.
+// 3–4 days over 18 attempts); a receiver's Retry-After can push an attempt later, within a bound.
 import { OptionsError } from '../../core/errors.js';
 
 /** Total attempts, the first included; after the last failure the delivery is discarded. */
@@ -38,7 +38,8 @@ export function webhookRetryDelayMs(attempt: number, options: WebhookRetryOption
 
 /**
  * Reads a Retry-After value (delay seconds or an HTTP date) as ms from `nowMs`, clamped to
- * [0, maxMs]. Returns undefined when the header is absent or unreadable.
+ * [0, maxMs]. Returns undefined when the header is absent or unreadable. The channel waits the
+ * longer of this and webhookRetryDelayMs, so a small value never hurries a retry.
  */
 export function parseRetryAfter(value: string | string[] | undefined, nowMs: number, maxMs = WEBHOOK_MAX_RETRY_AFTER_MS): number | undefined {
   const v = (Array.isArray(value) ? value[0] : value)?.trim();
