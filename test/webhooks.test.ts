@@ -447,6 +447,27 @@ describeTargets('webhooks on $name', (target) => {
     await expect(bus.events.replay('0190a4b2-0000-7000-8000-000000000000', { endpointId: ep.id })).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  test('resend, like replay, refuses an endpoint that no longer subscribes to the event type', async () => {
+    const bus = await testBus(target, events, { ...local, worker: { enabled: false } });
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'NARROW' }));
+    await bus.relayOnce();
+    const [delivery] = await bus.jobs.forEvent(eventId);
+    await bus.endpoints.update(ep.id, { eventTypes: ['user.*'] });
+    // Before, resend skipped the check replay makes and queued the event for the endpoint anyway.
+    const refused = await bus.deliveries.resend(delivery!.id).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OptionsError);
+    expect(refused).toMatchObject({ field: 'deliveries.resend(deliveryId)' });
+    expect((refused as Error).message).toBe(`invalid option deliveries.resend(deliveryId): endpoint ${ep.id} does not subscribe to 'order.created' (it takes user.*)`);
+    await expect(bus.events.replay(eventId, { endpointId: ep.id })).rejects.toThrow(
+      `invalid option events.replay.endpointId: endpoint ${ep.id} does not subscribe to 'order.created' (it takes user.*)`);
+    expect((await bus.jobs.forEvent(eventId)).map((j) => j.id)).toEqual([delivery!.id]);
+    // Subscribed again, it resends.
+    await bus.endpoints.update(ep.id, { eventTypes: ['order.created'] });
+    expect(await bus.deliveries.resend(delivery!.id)).toMatchObject({ eventId, endpointId: ep.id });
+  });
+
   test('attempt log retention deletes attempts older than 7 days, in batches (injected clock)', async () => {
     const clock = new ManualClock(Date.UTC(2025, 5, 1));
     const bus = await testBus(target, events, { ...local, clock });

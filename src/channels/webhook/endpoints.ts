@@ -127,8 +127,19 @@ export function createWebhookApi(
   const stateChanged = (row: Endpoint, reason: string | null) =>
     deps.lifecycle.emit('endpoint:state', { endpointId: row.id, state: row.state, reason });
 
-  async function deliverAgain(eventId: string, endpointId: string): Promise<NewDelivery> {
+  /**
+   * A new delivery of an event to an endpoint: what replay and resend both come to, so both check
+   * here. `field` names the caller's input in the error for an endpoint that does not subscribe.
+   */
+  async function deliverAgain(eventId: string, endpointId: string, field: string): Promise<NewDelivery> {
+    const event = await driver.executor.eventGet({ id: eventId });
+    if (!event) throw new NotFoundError(`event ${eventId}`);
     const endpoint = found(await w.endpointGet({ id: endpointId }), endpointId);
+    // A receiver should only ever see the types it subscribes to now, replays and resends included:
+    // an endpoint whose eventTypes were narrowed since the first delivery does not get it again.
+    if (!endpoint.eventTypes.some((p) => patternMatches(p, event.type))) {
+      throw new OptionsError(field, `endpoint ${endpointId} does not subscribe to '${event.type}' (it takes ${endpoint.eventTypes.join(', ')})`);
+    }
     if (endpoint.state === 'disabled') throw new BusStateError(`endpoint ${endpointId} is disabled; enable it before sending to it again`);
     const deliveryId = await w.webhookJobInsert({
       eventId, endpointId, job: { maxAttempts: settings.maxAttempts, leaseMs: settings.leaseMs }, now: now(),
@@ -224,7 +235,7 @@ export function createWebhookApi(
       if (typeof deliveryId !== 'string' || !/^\d{1,19}$/.test(deliveryId)) throw new NotFoundError(`delivery ${JSON.stringify(deliveryId)}`);
       const job = await w.webhookJobGet({ jobId: deliveryId });
       if (!job) throw new NotFoundError(`delivery ${deliveryId}`);
-      return deliverAgain(job.eventId, job.endpointId);
+      return deliverAgain(job.eventId, job.endpointId, 'deliveries.resend(deliveryId)');
     },
   };
 
@@ -235,15 +246,7 @@ export function createWebhookApi(
     async replay(eventId: string, options: { endpointId: string }): Promise<NewDelivery> {
       if (typeof eventId !== 'string' || !UUID.test(eventId)) throw new NotFoundError(`event ${JSON.stringify(eventId)}`);
       if (!options || typeof options !== 'object') throw new OptionsError('events.replay(options)', 'pass { endpointId }');
-      const endpointId = checkId(options.endpointId);
-      const event = await driver.executor.eventGet({ id: eventId });
-      if (!event) throw new NotFoundError(`event ${eventId}`);
-      const endpoint = found(await w.endpointGet({ id: endpointId }), endpointId);
-      // A receiver should only ever see the types it subscribed to, replays included.
-      if (!endpoint.eventTypes.some((p) => patternMatches(p, event.type))) {
-        throw new OptionsError('events.replay.endpointId', `endpoint ${endpointId} does not subscribe to '${event.type}' (it takes ${endpoint.eventTypes.join(', ')})`);
-      }
-      return deliverAgain(eventId, endpointId);
+      return deliverAgain(eventId, checkId(options.endpointId), 'events.replay.endpointId');
     },
     /** bus.events.attempts: every webhook attempt made for one event, newest first. */
     async attemptsForEvent(eventId: string, options: { limit?: number; before?: string } = {}): Promise<WebhookAttempt[]> {
