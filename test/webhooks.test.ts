@@ -54,6 +54,9 @@ describeTargets('webhooks on $name', (target) => {
     const stored = (await bus.events.get(eventId))!;
     expect(envelope).toEqual({ id: eventId, type: 'order.created', subject: 'A-1', timestamp: stored.createdAt.toISOString(), data: { orderNo: 'A-1' } });
     expect(got.headers['webhook-id']).toBe(webhookIdFor(eventId, done.jobId));
+    // The wire format README documents; ids receivers already stored must keep their shape.
+    expect(got.headers['webhook-id']).toBe(`msg_${eventId.replaceAll('-', '')}_${done.jobId}`);
+    expect(got.headers['webhook-id']).toMatch(/^msg_[0-9a-f]{32}_\d+$/);
     expect(got.headers['content-type']).toBe('application/json');
     expect(other.received).toHaveLength(0); // not subscribed to order events
 
