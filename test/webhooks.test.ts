@@ -364,6 +364,24 @@ describeTargets('webhooks on $name', (target) => {
     expect(r.received).toHaveLength(1);
   });
 
+  test('endpoints that never answer leave in-process handlers room: webhooks take half the worker slots by default', async () => {
+    const bus = await testBus(target, events, { ...local, worker: { maxPollMs: 20, concurrency: 4 }, webhooks: { allowPrivateNetworks: true, timeoutMs: 5_000 } });
+    const r = await receiver(() => {}); // never answers
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    let handledAt = 0;
+    bus.on('user.signed_up', 'welcome', async () => void (handledAt = Date.now()));
+    await bus.start();
+    await bus.transaction((tx) => bus.recordMany(tx, Array.from({ length: 8 }, (_, i) => ({ type: 'order.created' as const, payload: { orderNo: `HANG-${i}` } }))));
+    await r.nth(2); // the webhook slots (2 of 4) are taken, the other six deliveries wait their turn
+    const completed = bus.lifecycle.waitFor('job:completed', (e) => e.kind !== 'webhook', 10_000);
+    const recordedAt = Date.now();
+    await bus.transaction((tx) => bus.record(tx, 'user.signed_up', { email: 'a@example.com' }));
+    await completed;
+    // Before, deliveries could take all 4 slots, and the handler waited for one to time out (5 s).
+    expect(handledAt - recordedAt).toBeLessThan(2_000);
+    expect(r.received.length).toBe(2);
+  });
+
   test('a huge response is cut at 64 KiB: the delivery succeeds and the receiver sees the connection dropped', async () => {
     const bus = await testBus(target, events, local);
     let finished: boolean | undefined;

@@ -80,7 +80,7 @@ export const DEFAULTS = {
     maxResponseBytes: 64 * 1024,
     /** The longest wait a Retry-After (429, 503) may ask for. */
     maxRetryAfterMs: 24 * 3600_000,
-    /** Webhook deliveries running at once in this process (default: the worker's concurrency). */
+    /** Webhook deliveries running at once in this process (default: half worker.concurrency, at least 1). */
     concurrency: 0,
     /** While an endpoint is failing, its new deliveries are scheduled this far out. */
     failingDelayMs: 5 * 60_000,

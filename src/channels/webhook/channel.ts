@@ -35,7 +35,7 @@ export interface WebhookOptions {
   maxResponseBytes?: number;
   /** Longest Retry-After honoured (default 24 h). */
   maxRetryAfterMs?: number;
-  /** Deliveries at once in this process (default: worker.concurrency). */
+  /** Deliveries at once in this process, within worker.concurrency (default: half of it, at least 1, so handlers keep room). */
   concurrency?: number;
   /** Delay of new deliveries while an endpoint is failing (default 5 min). */
   failingDelayMs?: number;
