@@ -48,6 +48,24 @@ describe('inline delivery on postgres', () => {
   const test = it.skipIf(!postgresTarget.available);
   const target = postgresTarget;
 
+  test('a job handed off by a round that waited past half the lease margin goes back to the queue instead of starting on an expired lease', async () => {
+    // Its lease ran from the round's start, the worker's clock from the hand-over: a transactional
+    // job with a short timeout started after its lease had expired, and the rescuer took it back while it ran.
+    const bus = await testBus(target, events, { relay: { inlineMs: 600 }, worker: { leaseMarginMs: 200 } });
+    const s = bus.schema;
+    const leaseLive: boolean[] = [];
+    bus.on('order.created', 'slow-plain', () => new Promise((r) => setTimeout(r, 400)));
+    bus.on('order.created', 'audit', async (_e, ctx) => {
+      const { rows } = await ctx.tx!.query(`select lease_expires_at > clock_timestamp() as live from "${s}".jobs where id = $1`, [ctx.jobId]);
+      leaseLive.push((rows[0] as { live: boolean }).live);
+    }, { transactional: true, timeoutMs: 100 });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed', (e) => e.handler === 'audit');
+    await recordAll(bus, [1]);
+    await done;
+    expect(leaseLive).toEqual([true]);
+  });
+
   test('a plain handler that succeeds in the round has no job row and is named on the event; a transactional one still has its row', async () => {
     const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50 } });
     const v = views(target, bus.schema);

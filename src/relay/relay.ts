@@ -39,7 +39,8 @@ export interface HandOffTarget {
 /** The worker's side of an inline round (see Worker.startInline). */
 export interface InlineTarget extends HandOffTarget {
   readonly workerId: string;
-  handOver(jobs: ClaimedJob[]): void;
+  /** Jobs handed off by a round that has committed; leasedAt: when their lease began (performance.now()). */
+  handOver(jobs: ClaimedJob[], leasedAt: number): void;
   startInline(jobs: InlineJob[]): InlineRound;
   closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> };
   endInline(round: InlineRound, committed: boolean): void;
@@ -231,6 +232,8 @@ export class Relay {
     let reserved = true;
     let converted: InlineJobRow[] = [];
     let result: FanOutResult;
+    // Before BEGIN, so no earlier than the statement's now(), from which handed-off jobs are leased.
+    const leasedAt = performance.now();
     try {
       result = await this.driver.transaction(async (q) => {
         const lean = this.leanPause === 0;
@@ -272,7 +275,7 @@ export class Relay {
       return this.outcome(await this.rowByRow());
     }
     handOff.endInline(round!, true);
-    handOff.handOver(result.handedOff);
+    handOff.handOver(result.handedOff, leasedAt);
     // Running rows stay this worker's, discarded ones are done: neither waits in the queue.
     const held = converted.filter((r) => r.state === 'running' || r.state === 'discarded').length;
     this.report(result.eventIds, result.jobs + converted.length, result.handedOff.length + held);

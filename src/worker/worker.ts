@@ -263,7 +263,12 @@ export class Worker {
   }
 
   /** Start or buffer jobs inserted already claimed by this worker. */
-  handOver(jobs: ClaimedJob[]): void {
+  /**
+   * Jobs an inline round handed off, once it committed. Their lease ran from the round's start
+   * (`leasedAt`, performance.now()), which may be up to inlineMs ago: they wait in the buffer as
+   * claimed then, so one that can no longer start well inside its lease goes back to the queue.
+   */
+  handOver(jobs: ClaimedJob[], leasedAt = performance.now()): void {
     if (jobs.length === 0) return;
     this.deps.lifecycle.emit('jobs:handed-off', { jobIds: jobs.map((j) => j.id) });
     if (!this.accepting) {
@@ -271,7 +276,7 @@ export class Worker {
       for (const job of jobs) this.releases.push(job);
       return;
     }
-    this.take(jobs);
+    this.take(jobs, leasedAt);
   }
 
   /** An inline round's jobs: buffered like any claim; their outcomes go to the round while it is open. */
@@ -359,12 +364,17 @@ export class Worker {
   }
 
   /** Jobs just claimed (or handed off) for this worker: buffer them and start what fits. */
-  private take(jobs: ClaimedJob[]): void {
-    const claimedAt = performance.now();
-    for (const job of jobs) {
+  private take(jobs: ClaimedJob[], claimedAt = performance.now()): void {
+    // The buffer stays in claim order (dispatch() finds the stale ones at its head): jobs leased
+    // earlier than the newest buffered ones go in before those.
+    let at = this.buffer.length;
+    while (at > 0 && this.buffer[at - 1]!.claimedAt > claimedAt) at--;
+    const items = jobs.map((job) => {
       this.count(this.bufferedCount, job, 1);
-      this.buffer.push({ job, claimedAt });
-    }
+      return { job, claimedAt };
+    });
+    if (at === this.buffer.length) this.buffer.push(...items);
+    else this.buffer.splice(at, 0, ...items);
     this.dispatch();
     this.watchBuffer();
   }
