@@ -389,8 +389,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     state = 'stopped';
     clearInterval(heartbeat);
     if (wasStarted) {
+      // The handlers' deadline runs from here: the relay's stop may wait for a round that waits
+      // for a connection, which running transactional handlers hold until they end or are aborted.
+      const timeoutMs = stopOptions.timeoutMs ?? 10_000;
+      if (workerOptions.enabled !== false) worker.beginStop(timeoutMs);
       await relay.stop();
-      await worker.stop(stopOptions.timeoutMs ?? 10_000);
+      await worker.stop(timeoutMs);
       await leader.stop();
       // A pass stuck on a lock must not hold the stop past its timeout (at least a second).
       await Promise.all(maintenance.map((m) => m.stop(Math.max(1000, stopOptions.timeoutMs ?? 10_000))));

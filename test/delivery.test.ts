@@ -440,6 +440,32 @@ describeTargets('delivery on $name', (target) => {
     expect(handed).toEqual(handOff ? [done.jobId] : []);
   });
 
+  test('stop() aborts at its timeout even while transactional handlers hold every connection the relay and worker wait for', async () => {
+    // The deadline began only after the relay and the worker's claim loop had stopped, and those
+    // waited for a connection the handlers held: stop({ timeoutMs: 300 }) took the handlers' 3 s.
+    const database = target.name === 'postgres' ? { postgres: PG_URL, poolSize: 2 } : target.database();
+    const bus = await testBus(target, events, { database });
+    const started = [deferred(), deferred()];
+    for (const [i, name] of ['tx-1', 'tx-2'].entries()) {
+      bus.on('order.created', name, async (_e, ctx) => {
+        started[i]!.resolve();
+        await ctx.tx!.query('select 1');
+        await new Promise((r) => setTimeout(r, 3000)); // ignores ctx.signal
+      }, { transactional: true, maxAttempts: 1 });
+    }
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'T' }));
+    // PGlite is one connection: the second handler waits for the first's transaction to end.
+    await (target.name === 'postgres' ? Promise.all(started.map((d) => d.promise)) : started[0]!.promise);
+    await new Promise((r) => setTimeout(r, 300)); // the relay and the claim loop poll, and wait for a connection
+    const t0 = performance.now();
+    await bus.stop({ timeoutMs: 300 });
+    expect(performance.now() - t0).toBeLessThan(2000);
+    const rows = await target.query(`select target, state, attempt, errors->0->>'name' as err from "${bus.schema}".jobs where event_id = $1 order by target`, [id]);
+    expect(rows.map((r) => r.state)).toEqual(['retryable', 'retryable']);
+    expect(rows.every((r) => r.attempt === 0)).toBe(true);
+  });
+
   test('stop() waits for running handlers, then aborts those past its timeout and returns them to the queue', async () => {
     const bus = await testBus(target, events);
     let finished = 0;

@@ -66,6 +66,8 @@ export class Worker {
   /** Claimed jobs waiting for a free slot, oldest claim first. */
   private buffer: { job: ClaimedJob; claimedAt: number }[] = [];
   private bufferTimer: NodeJS.Timeout | undefined;
+  /** Set by beginStop(): aborts the jobs still running when the stop's timeout has passed. */
+  private stopDeadline: NodeJS.Timeout | undefined;
   /** Completions per second, smoothed; sizes the prefetch buffer. */
   private rate = 0;
   private rateWindowStart = performance.now();
@@ -144,6 +146,7 @@ export class Worker {
   start(): void {
     this.stopping = false;
     this.accepting = true;
+    this.stopDeadline = undefined;
     this.loop.start();
   }
 
@@ -159,10 +162,24 @@ export class Worker {
     return this.active.size;
   }
 
-  /** Stop claiming, let running handlers finish for up to timeoutMs, abort the rest, write outcomes. */
-  async stop(timeoutMs: number): Promise<void> {
+  /**
+   * Start no job from now on, and abort those still running once timeoutMs has passed. The bus
+   * calls this as its stop begins: what comes before the worker's stop (the relay's, a claim
+   * waiting for a connection that running transactional handlers hold) must not push the
+   * deadline back.
+   */
+  beginStop(timeoutMs: number): void {
+    if (this.stopDeadline) return;
     this.stopping = true;
     this.accepting = false;
+    this.stopDeadline = setTimeout(() => {
+      for (const a of this.active.values()) a.abort.abort(new WorkerStoppingError());
+    }, timeoutMs);
+  }
+
+  /** Stop claiming, let running handlers finish for up to timeoutMs (from beginStop), abort the rest, write outcomes. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.beginStop(timeoutMs);
     await this.loop.stop();
     clearTimeout(this.bufferTimer);
     this.bufferTimer = undefined;
@@ -171,17 +188,9 @@ export class Worker {
       this.count(this.bufferedCount, job, -1);
       this.settle(job, { kind: 'released' });
     }
-    const all = () => Promise.all([...this.active.values()].map((a) => a.settled));
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([
-      all().then(() => false),
-      new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs))),
-    ]);
-    clearTimeout(timer);
-    if (timedOut) {
-      for (const a of this.active.values()) a.abort.abort(new WorkerStoppingError());
-      await all();
-    }
+    // Every running job settles: it finishes, or the deadline aborts it (the race rejects at once).
+    await Promise.all([...this.active.values()].map((a) => a.settled));
+    clearTimeout(this.stopDeadline);
     await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
   }
 
