@@ -7,7 +7,7 @@ import { AdminCredentialsMissingError, createAdminHandler, createBus, defineEven
 import { checkHealth } from '../src/admin/health.js';
 import type { AdminBus } from '../src/admin/route.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
-import { describeTargets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, freshSchema, testBus, type Target } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
 
 const events = defineEvents({
@@ -92,6 +92,73 @@ describe('admin API when the database cannot be used', () => {
     expect(r.text).not.toMatch(/s3cretpw|127\.0\.0\.1:1|ops|shop/);
     expect(logged.join('\n')).toMatch(/rea admin: request failed: cannot reach PostgreSQL at 127\.0\.0\.1:1\/shop \(user ops\)/);
     expect(logged.join('\n')).not.toContain('s3cretpw');
+  });
+
+  // Every route but the overview passed the driver's raw error on: a 500 ERR_INTERNAL, and pg's
+  // whole stack in the log for every request.
+  it('every route, page and /metrics answers 503 ERR_DATABASE, logged as one line each', async () => {
+    const bus = createBus({
+      database: { postgres: 'postgres://ops:s3cretpw@127.0.0.1:1/shop', poolSize: 1 },
+      events,
+      logger: { debug() {}, info() {}, warn() {}, error() {}, child() { return this; } },
+    });
+    onTestFinished(() => bus.stop());
+    const logged: string[] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m.map(String).join(' ')));
+    onTestFinished(() => spy.mockRestore());
+    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+    const unavailable = { error: { code: 'ERR_DATABASE', message: 'the database does not answer; try again shortly' } };
+    for (const [method, path, body] of DATABASE_ROUTES) {
+      const r = await call(s.url, method, path, { headers: bearer(TOKEN), ...(body ? { body } : {}) });
+      expect(r.status, `${method} ${path}`).toBe(503);
+      expect(r.json, `${method} ${path}`).toEqual(unavailable);
+    }
+    for (const path of ['/events', '/jobs']) {
+      const r = await call(s.url, 'GET', path, { headers: bearer(TOKEN) });
+      expect(r.status, path).toBe(503);
+      expect(r.text).toContain('the database does not answer');
+    }
+    expect(logged.length).toBe(DATABASE_ROUTES.length + 2);
+    for (const line of logged) {
+      expect(line).toMatch(/^rea admin: request failed: cannot reach PostgreSQL at 127\.0\.0\.1:1\/shop/);
+      expect(line).not.toMatch(/\n\s+at /);
+    }
+  });
+});
+
+/** Routes that read or write the database, with a body for the POSTs. */
+const DATABASE_ROUTES: [string, string, unknown?][] = [
+  ['GET', '/api/events'],
+  ['GET', '/api/events/00000000-0000-7000-8000-000000000000'],
+  ['POST', '/api/events/requeue', { poisoned: true }],
+  ['GET', '/api/jobs'],
+  ['POST', '/api/jobs/retry', { ids: ['1'] }],
+  ['POST', '/api/jobs/cancel', { ids: ['1'] }],
+  ['GET', '/api/endpoints'],
+  ['GET', '/api/endpoints/00000000-0000-7000-8000-000000000000'],
+  ['GET', '/api/endpoints/00000000-0000-7000-8000-000000000000/attempts'],
+  ['POST', '/api/deliveries/1/resend'],
+  ['GET', '/metrics'],
+];
+
+describeTargets('admin API on $name when rea is not migrated', (target) => {
+  it.skipIf(!target.available)('every route, page and /metrics answers 503 ERR_DATABASE saying to run the migrations', async () => {
+    const bus = createBus({ database: target.database(), schema: freshSchema('nomig'), events, logger: { debug() {}, info() {}, warn() {}, error() {}, child() { return this; } } });
+    onTestFinished(() => bus.stop());
+    const spy = vi.spyOn(console, 'error').mockImplementation(() => {});
+    onTestFinished(() => spy.mockRestore());
+    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+    const notMigrated = { error: { code: 'ERR_DATABASE', message: "rea's tables are not in this schema yet: run the migrations" } };
+    for (const [method, path, body] of [['GET', '/api/overview'] as [string, string], ...DATABASE_ROUTES]) {
+      const r = await call(s.url, method, path, { headers: bearer(TOKEN), ...(body ? { body } : {}) });
+      expect(r.status, `${method} ${path}`).toBe(503);
+      expect(r.json, `${method} ${path}`).toEqual(notMigrated);
+    }
+    for (const path of ['/events', '/jobs']) {
+      const r = await call(s.url, 'GET', path, { headers: bearer(TOKEN) });
+      expect(r.status, path).toBe(503);
+      expect(r.text).toContain('run the migrations');
+    }
   });
 });
 

@@ -111,7 +111,8 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
       };
       const result = await route.handle(ctx);
       return send(res, result, wantsForm ? returnPath(body, base) : null);
-    } catch (err) {
+    } catch (thrown) {
+      const err = explainDatabaseError(bus, thrown);
       // Expected refusals (HttpError, rea's typed errors) are the client's business; anything
       // else is a bug or an outage (a DatabaseError too) the operator should see, while the
       // client gets no internals.
@@ -143,6 +144,17 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   }) as AdminHandler;
   handler.close = () => metrics.close();
   return handler;
+}
+
+/**
+ * Routes call the bus and its driver directly, and most of those calls pass on the driver's raw
+ * error (pg's ECONNREFUSED, "relation does not exist"). Explaining it here, once for every route,
+ * turns a database that is down, refusing or not migrated into the DatabaseError the API answers
+ * with 503 ERR_DATABASE, and logs as one line instead of a stack per request.
+ */
+function explainDatabaseError(bus: AdminBus, err: unknown): unknown {
+  if (err instanceof HttpError || err instanceof ReaError) return err;
+  return bus.driver.explainError(err);
 }
 
 /**
