@@ -216,6 +216,20 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', '/login', { form: { token: TOKEN }, headers: { origin: 'https://evil.example' } })).status).toBe(403);
   });
 
+  test('a cookie that is not valid percent-encoding is skipped: it neither breaks a request nor hides the session', async () => {
+    const { s } = await setup(target);
+    // Another application on the same host may set any cookie; decodeURIComponent threw on this
+    // one, and every admin request, /login and /healthz included, was a 500.
+    const bad = 'other_app=%E0%A4%A; broken=100%';
+    expect((await call(s.url, 'GET', '/login', { headers: { cookie: bad } })).status).toBe(200);
+    expect((await call(s.url, 'GET', '/healthz', { headers: { cookie: bad } })).status).toBe(503); // no leader yet, but an answer
+    expect((await call(s.url, 'GET', '/api/overview', { headers: { cookie: bad, ...bearer() } })).status).toBe(200);
+    expect((await call(s.url, 'GET', '/api/overview', { headers: { cookie: bad } })).status).toBe(401);
+    const session = await login(s.url);
+    expect((await call(s.url, 'GET', '/jobs', { headers: { cookie: `${bad}; ${session}` } })).status).toBe(200);
+    expect((await call(s.url, 'GET', '/jobs', { headers: { cookie: `${session}; ${bad}` } })).status).toBe(200);
+  });
+
   test('state-changing requests: cross-site is 403, a session needs same origin and the CSRF token', async () => {
     const { bus, s } = await setup(target);
     const cookie = await login(s.url);

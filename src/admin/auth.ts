@@ -134,15 +134,30 @@ export class Authenticator {
   }
 }
 
+/**
+ * The request's cookies by name. The Cookie header carries every cookie of the host, other
+ * applications' too; one that is not valid percent-encoding is skipped (ours never is), so it
+ * cannot turn every admin request into an error.
+ */
 export function parseCookies(header: string | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   for (const part of (header ?? '').split(';')) {
     const i = part.indexOf('=');
     if (i < 0) continue;
     const name = part.slice(0, i).trim();
-    if (name && !(name in out)) out[name] = decodeURIComponent(part.slice(i + 1).trim());
+    if (!name || name in out) continue;
+    const value = decodeCookieValue(part.slice(i + 1).trim());
+    if (value !== null) out[name] = value;
   }
   return out;
+}
+
+function decodeCookieValue(raw: string): string | null {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return null;
+  }
 }
 
 export function sessionCookie(value: string, path: string, secure: boolean, maxAgeS = SESSION_TTL_MS / 1000): string {
