@@ -344,6 +344,23 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'GET', '/api/overview', { headers: bearer() })).json.alerts.map((a: { name: string }) => a.name)).not.toContain('events_poisoned');
   });
 
+  test('requeue { poisoned: false } is a 400 naming poisoned, and requeues nothing', async () => {
+    const { bus, s } = await setup(target, { start: true });
+    const boom = await poisonOne(target, bus);
+    // The flag schema took any boolean as true: "false" requeued every poisoned event.
+    for (const poisoned of [false, 'false', 0, 'yes']) {
+      const r = await call(s.url, 'POST', '/api/events/requeue', { body: { poisoned }, headers: bearer() });
+      expect(r.status, JSON.stringify(poisoned)).toBe(400);
+      expect(r.json.error).toMatchObject({ code: 'ERR_BAD_REQUEST', parameter: 'poisoned' });
+    }
+    const [row] = await target.query(`select poisoned_at from "${bus.schema}".events where id = $1`, [boom]);
+    expect(row.poisoned_at).not.toBeNull();
+    // The panel's form sends 'true'; JSON sends true.
+    const form = await call(s.url, 'POST', '/api/events/requeue', { form: { poisoned: 'true' }, headers: bearer() });
+    expect(form.status).toBe(303);
+    expect((await call(s.url, 'POST', '/api/events/requeue', { body: { poisoned: true }, headers: bearer() })).status).toBe(200);
+  });
+
   test('jobs: list by state and handler; discard, retry and cancel change the rows', async () => {
     const { bus, s } = await setup(target);
     await bus.start();

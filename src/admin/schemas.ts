@@ -49,5 +49,8 @@ export function jobIdParam(value: string | undefined, name = 'id'): string {
   return r.data;
 }
 
-/** Forms send 'true'/'on'; JSON sends true. */
-export const flag = z.union([z.boolean(), z.enum(['true', 'on', '1'])]).transform(() => true);
+/**
+ * A switch that asks for a bulk action: JSON sends true, forms 'true'/'on'/'1'. Anything else,
+ * false above all, is refused: taken as "on", `{ poisoned: false }` requeued every poisoned event.
+ */
+export const flag = z.union([z.literal(true), z.enum(['true', 'on', '1'])], { message: 'must be true (or left out)' }).transform(() => true as const);
