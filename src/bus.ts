@@ -13,6 +13,7 @@ import {
 } from './core/events.js';
 import { errorMessage } from './core/errors-format.js';
 import { findJsonProblem } from './core/json.js';
+import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
@@ -570,7 +571,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         return pageOf(await driver.admin.jobList({ ...p, limit: p.limit + 1 }), p.limit);
       },
       async discard(ids) {
-        if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && /^[1-9][0-9]{0,18}$/.test(id))) {
+        if (!Array.isArray(ids) || !ids.every(isJobId)) {
           throw new InvalidFilterError('ids', 'must be an array of job ids');
         }
         return driver.admin.jobDiscard({ ids: [...ids], now: clock.now() });
@@ -623,7 +624,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 }
 
 function checkJobIds(ids: unknown, field: string): string[] {
-  if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && /^[1-9][0-9]{0,18}$/.test(id))) {
+  if (!Array.isArray(ids) || !ids.every(isJobId)) {
     throw new OptionsError(field, 'must be an array of job ids (digits, as strings)');
   }
   return [...ids];

@@ -126,6 +126,9 @@ describe('admin API when the database cannot be used', () => {
   });
 });
 
+/** One above the largest bigint (9223372036854775807): 19 digits, but no job id. */
+const OVER_BIGINT = '9999999999999999999';
+
 /** Routes that read or write the database, with a body for the POSTs. */
 const DATABASE_ROUTES: [string, string, unknown?][] = [
   ['GET', '/api/events'],
@@ -274,6 +277,13 @@ describeTargets('admin API on $name', (target) => {
       ['GET', '/api/jobs?kind=email', 'kind'],
       ['GET', '/api/jobs?eventId=x', 'eventId'],
       ['GET', '/api/jobs?cursor=-4', 'cursor'],
+      // 19 digits above the bigint range passed a digits-only check, then failed in the database (a 500).
+      ['GET', `/api/jobs?cursor=${OVER_BIGINT}`, 'cursor'],
+      ['POST', '/api/jobs/retry', 'ids', { ids: [OVER_BIGINT] }],
+      ['POST', '/api/jobs/cancel', 'ids', { ids: ['1', OVER_BIGINT] }],
+      ['POST', '/api/jobs/discard', 'ids', { ids: [OVER_BIGINT] }],
+      ['POST', `/api/deliveries/${OVER_BIGINT}/resend`, 'id'],
+      ['GET', `/api/endpoints/00000000-0000-7000-8000-000000000000/attempts?cursor=${OVER_BIGINT}`, 'cursor'],
       ['POST', '/api/jobs/retry', 'ids', { ids: ['abc'] }],
       ['POST', '/api/jobs/retry', 'ids', {}],
       ['POST', '/api/jobs/cancel', 'ids', {}],
@@ -291,6 +301,10 @@ describeTargets('admin API on $name', (target) => {
       expect(r.json.error.parameter, `${method} ${path}`).toBe(parameter);
       expect(r.json.error.message).toContain(parameter);
     }
+    // The largest bigint itself is a job id: an empty page, not a refusal.
+    const last = await call(s.url, 'GET', '/api/jobs?cursor=9223372036854775807', { headers: bearer() });
+    expect(last.status).toBe(200);
+    expect(last.json.jobs).toEqual([]);
     const notJson = await call(s.url, 'POST', '/api/jobs/cancel', { headers: { ...bearer(), 'content-type': 'application/json' }, form: { x: '{' } as never });
     expect(notJson.status).toBe(400);
     expect((await call(s.url, 'GET', '/api/nothing-here', { headers: bearer() })).status).toBe(404);

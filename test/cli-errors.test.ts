@@ -128,6 +128,25 @@ describe('rea: command-line mistakes', () => {
     }
   });
 
+  it('a job id or cursor above the bigint range is a usage error naming the flag or command, not an unexpected error', async () => {
+    // 9999999999999999999 has 19 digits like a job id but is above 9223372036854775807: it passed
+    // the digits-only check and failed in the database's cast (ERR_UNEXPECTED, exit 1).
+    const db = ['--database-url', PG_URL, '--schema', freshSchema('ids')];
+    const cases: [string[], RegExp][] = [
+      [['jobs', 'list', ...db, '--cursor', '9999999999999999999'], /invalid option --cursor: must be the nextCursor of a previous page/],
+      [['jobs', 'cancel', '9999999999999999999', ...db], /invalid option jobs cancel: 9999999999999999999 is not a job id \(a whole number from 1 to 9223372036854775807\)/],
+      [['jobs', 'retry', '1', '9999999999999999999', ...db], /invalid option jobs retry: 9999999999999999999 is not a job id/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await rea(...args);
+      expect({ args, code: r.code }).toEqual({ args, code: 2 });
+      expect(r.text).toMatch(message);
+      expect(r.text).not.toContain('ERR_UNEXPECTED');
+    }
+    const json = await rea('jobs', 'list', ...db, '--cursor', '9999999999999999999', '--json');
+    expect(JSON.parse(json.text).error).toMatchObject({ code: 'ERR_OPTIONS', field: '--cursor' });
+  });
+
   it('events requeue with neither ids nor --poisoned is a usage error, not "requeued 0 events"', async () => {
     const r = await rea('events', 'requeue', '--database-url', PG_URL);
     expect(r.code).toBe(2);

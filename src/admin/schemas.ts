@@ -1,13 +1,16 @@
 // Input schemas shared by the API routes and the panel pages: list filters from the query
 // string, id lists from JSON or forms. Parsing errors become 400s naming the parameter.
 import { z } from 'zod';
+import { isJobId, MAX_JOB_ID } from '../core/job-id.js';
 import { EVENT_STATES } from '../driver/admin.js';
 import { JOB_STATES } from '../driver/types.js';
 import { badRequest } from './http.js';
 
 const text = z.string().max(500);
 const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
-const jobId = z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a job id');
+const jobId = z.string().refine(isJobId, `must be a job id (1 to ${MAX_JOB_ID})`);
+/** A page cursor that is a job or attempt id: the nextCursor of the previous page. */
+export const idCursor = z.string().refine(isJobId, 'must be the nextCursor of a previous page');
 const limit = z.coerce.number({ message: 'must be a number' }).int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500');
 const isoTime = z.string().refine((v) => /^\d{4}-\d{2}-\d{2}/.test(v) && Number.isFinite(Date.parse(v)), 'must be an ISO 8601 timestamp such as 2025-01-31T12:00:00Z');
 
@@ -27,7 +30,7 @@ export const jobListQuery = z.object({
   kind: z.enum(['handler', 'webhook', 'forward'], { message: 'must be handler, webhook or forward' }).optional(),
   handler: text.optional(),
   eventId: uuid.optional(),
-  cursor: jobId.optional(),
+  cursor: idCursor.optional(),
   limit: limit.optional(),
 }).strict();
 
@@ -45,7 +48,7 @@ export function uuidParam(value: string | undefined, name = 'id'): string {
 
 export function jobIdParam(value: string | undefined, name = 'id'): string {
   const r = jobId.safeParse(value);
-  if (!r.success) throw badRequest(name, 'must be a job id');
+  if (!r.success) throw badRequest(name, `must be a job id (1 to ${MAX_JOB_ID})`);
   return r.data;
 }
 

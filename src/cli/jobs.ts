@@ -3,6 +3,7 @@
 import { Command } from 'commander';
 import type { Bus } from '../bus.js';
 import { OptionsError } from '../core/errors.js';
+import { isJobId, MAX_JOB_ID } from '../core/job-id.js';
 import type { EventSchemas } from '../core/events.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
@@ -15,11 +16,9 @@ export interface JobRepairOutcome {
   unchanged: { id: string; reason: string }[];
 }
 
-const JOB_ID = /^[1-9][0-9]{0,18}$/;
-
 function checkIds(ids: string[], command: string): void {
-  const bad = ids.find((id) => !JOB_ID.test(id));
-  if (bad) throw new OptionsError(command, `${bad} is not a job id (digits)`);
+  const bad = ids.find((id) => !isJobId(id));
+  if (bad) throw new OptionsError(command, `${bad} is not a job id (a whole number from 1 to ${MAX_JOB_ID})`);
 }
 
 /** Why each asked-for id did not change, read after the action. */

@@ -5,6 +5,7 @@ import type { EventListParams, EventState, JobListParams } from '../driver/admin
 import { EVENT_STATES } from '../driver/admin.js';
 import { JOB_STATES, type JobKind, type JobState } from '../driver/types.js';
 import { InvalidFilterError } from './errors.js';
+import { isJobId } from './job-id.js';
 
 export const LIST_LIMIT = { default: 50, max: 500 } as const;
 const JOB_KINDS: readonly JobKind[] = ['handler', 'webhook', 'forward'];
@@ -89,7 +90,7 @@ export function jobListParams(filter: JobListFilter = {}): JobListParams {
   const eventId = filter.eventId ?? null;
   if (eventId !== null && !isUuid(eventId)) throw new InvalidFilterError('eventId', 'must be an event id (a UUID)');
   const cursor = filter.cursor ?? null;
-  if (cursor !== null && !/^[1-9][0-9]{0,18}$/.test(cursor)) throw new InvalidFilterError('cursor', 'must be the nextCursor of a previous page (a job id)');
+  if (cursor !== null && !isJobId(cursor)) throw new InvalidFilterError('cursor', 'must be the nextCursor of a previous page (a job id)');
   return { state, kind, target: optionalText(filter.handler, 'handler'), eventId, beforeId: cursor, limit: limitOf(filter.limit) };
 }
 

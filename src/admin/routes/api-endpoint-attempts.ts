@@ -1,10 +1,10 @@
 // GET /api/endpoints/:id/attempts?cursor&limit: the endpoint's attempt log, newest first.
 import { z } from 'zod';
 import { defineRoute, parse, queryFields } from '../route.js';
-import { uuidParam } from '../schemas.js';
+import { idCursor, uuidParam } from '../schemas.js';
 
 const query = z.object({
-  cursor: z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be the nextCursor of a previous page').optional(),
+  cursor: idCursor.optional(),
   limit: z.coerce.number({ message: 'must be a number' }).int().min(1, 'must be at least 1').max(500, 'must be at most 500').optional(),
 }).strict();
 

@@ -4,6 +4,7 @@ import type { Clock } from '../../core/clock.js';
 import { BusStateError, NotFoundError, OptionsError, UnknownEventTypeError } from '../../core/errors.js';
 import { storable } from '../../core/errors-format.js';
 import { patternMatches } from '../../core/events.js';
+import { isJobId } from '../../core/job-id.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import { uuidv7 } from '../../core/uuid.js';
 import type { Driver } from '../../driver/types.js';
@@ -232,7 +233,7 @@ export function createWebhookApi(
 
   const deliveries: DeliveriesApi = {
     async resend(deliveryId) {
-      if (typeof deliveryId !== 'string' || !/^\d{1,19}$/.test(deliveryId)) throw new NotFoundError(`delivery ${JSON.stringify(deliveryId)}`);
+      if (!isJobId(deliveryId)) throw new NotFoundError(`delivery ${JSON.stringify(deliveryId)}`);
       const job = await w.webhookJobGet({ jobId: deliveryId });
       if (!job) throw new NotFoundError(`delivery ${deliveryId}`);
       return deliverAgain(job.eventId, job.endpointId, 'deliveries.resend(deliveryId)');
@@ -264,6 +265,6 @@ function checkLimit(limit: number | undefined): number {
 
 function checkBefore(before: string | undefined): string | null {
   if (before === undefined) return null;
-  if (typeof before !== 'string' || !/^\d{1,19}$/.test(before)) throw new OptionsError('attempts.before', 'must be an attempt id');
+  if (!isJobId(before)) throw new OptionsError('attempts.before', 'must be an attempt id');
   return before;
 }
