@@ -2,6 +2,7 @@
 // and serves the admin on loopback otherwise.
 import { createServer, type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { isLoopbackHost } from '../src/admin/auth.js';
 import { startPanel } from '../src/cli/panel.js';
 import { call, TOKEN } from './helpers/admin.js';
 
@@ -48,5 +49,23 @@ describe('rea panel', () => {
     } finally {
       await open.close();
     }
+  });
+
+  it('--no-auth serves on ::1, the IPv6 loopback its message lists (its last group is no port)', async () => {
+    const open = await startPanel({ ...base, host: '::1', auth: false });
+    try {
+      expect(open.url).toMatch(/^http:\/\/\[::1\]:\d+\/$/);
+      // Served, not refused as a remote peer (403): the unmigrated database is a 503.
+      expect((await call(open.url, 'GET', '/api/overview')).json.error.code).toBe('ERR_DATABASE');
+      expect((await call(open.url, 'GET', '/login')).status).toBe(200);
+    } finally {
+      await open.close();
+    }
+    // Other IPv6 addresses stay refused, and a bracketed Host header with its port is still read.
+    await expect(startPanel({ ...base, host: '::', auth: false })).rejects.toMatchObject({ field: '--host' });
+    await expect(startPanel({ ...base, host: 'fe80::1', auth: false })).rejects.toMatchObject({ field: '--host' });
+    expect(isLoopbackHost('[::1]:8787')).toBe(true);
+    expect(isLoopbackHost('localhost:8787')).toBe(true);
+    expect(isLoopbackHost('evil.example:8787')).toBe(false);
   });
 });

@@ -171,10 +171,14 @@ export function isLoopbackAddress(address: string | undefined): boolean {
   return a === '::1';
 }
 
-/** A Host header naming this machine: refuses DNS-rebinding names under auth 'none'. */
+/**
+ * A Host header, or the address to bind, naming this machine: refuses DNS-rebinding names under
+ * auth 'none'. A Host header brackets an IPv6 address ([::1]:8787); an address to bind (--host ::1)
+ * does not, and its last group is no port: stripping ':1' left ':' and refused ::1.
+ */
 export function isLoopbackHost(host: string | undefined): boolean {
   if (!host) return false;
-  const name = host.startsWith('[') ? host.slice(1, host.indexOf(']')) : host.replace(/:\d+$/, '');
+  const name = host.startsWith('[') ? host.slice(1, host.indexOf(']')) : isIP(host) === 6 ? host : host.replace(/:\d+$/, '');
   return name === 'localhost' || name.endsWith('.localhost') || isLoopbackAddress(name);
 }
 
