@@ -406,6 +406,32 @@ describeTargets('admin API on $name', (target) => {
     h.close();
   });
 
+  test("the jobs page offers 'Retry all dead letters' only under filters the retry honours (state, handler)", async () => {
+    const { bus: owner } = await setup(target);
+    await owner.start(); // stores the subscription, so the relay makes jobs for it
+    await owner.stop();
+    const bus = await testBus(target, events, { schema: owner.schema, worker: { enabled: false }, relay: { enabled: false } });
+    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+    const [first] = await bus.transaction((tx) => bus.recordMany(tx, ['R1', 'R2'].map((orderNo) => ({ type: 'order.created' as const, payload: { orderNo } }))));
+    await bus.relayOnce();
+    const jobIds: string[] = (await call(s.url, 'GET', '/api/jobs', { headers: bearer() })).json.jobs.map((j: { id: string }) => j.id);
+    expect((await call(s.url, 'POST', '/api/jobs/discard', { body: { ids: jobIds }, headers: bearer() })).json.discarded).toHaveLength(2);
+    const bulkForm = /<form method="post" action="\/api\/jobs\/retry"[^>]*>(?:(?!<\/form>).)*name="state" value="discarded"/s;
+    const page = async (query: string) => (await call(s.url, 'GET', `/jobs?${query}`, { headers: bearer() })).text;
+
+    // The retry takes no event id or kind: the button would have retried both dead letters
+    // while the page showed one ("Retry every discarded job shown by this filter?").
+    const oneEvent = await page(`state=discarded&eventId=${first}`);
+    expect(oneEvent).toContain('<code>mailer</code>'); // the row is there, with its own Retry
+    expect(oneEvent).not.toMatch(bulkForm);
+    expect(await page('state=discarded&kind=handler')).not.toMatch(bulkForm);
+    expect(oneEvent).toContain('Retry all works by handler only: with eventId set');
+    // Without them it is offered, and its confirm says what it retries.
+    expect(await page('state=discarded')).toMatch(bulkForm);
+    expect(await page('state=discarded')).toContain('Retry every discarded job, of every handler, on every page?');
+    expect(await page('state=discarded&handler=mailer')).toMatch(/name="handler" value="mailer"/);
+  });
+
   test('endpoints: create returns the secret once; list, get, disable, enable, rotate, test and the attempt log', async () => {
     const { bus, s } = await setup(target, { start: true, handlers: false });
     const received: string[] = [];

@@ -1,10 +1,28 @@
 // GET /jobs: jobs by state and handler, the dead letters (discarded) first among the tabs, with
 // retry, cancel and discard buttons.
-import { actionButton, badge, html, layout, table, time } from '../html.js';
+import { actionButton, badge, html, layout, table, time, type PageContext, type Safe } from '../html.js';
 import { HttpError } from '../http.js';
 import { defineRoute, parse, queryFields } from '../route.js';
 import { jobListQuery } from '../schemas.js';
 import { jobActions } from './page-event.js';
+
+/** The filters the bulk retry can honour: it retries by state and handler, on every page. */
+const BULK_RETRY_FILTERS = new Set(['state', 'handler', 'cursor', 'limit']);
+
+/**
+ * "Retry all dead letters" posts { state: 'discarded', handler? }. Under a filter it cannot pass
+ * on (an event id, a kind) it would retry dead letters the page does not show, so it is not
+ * offered there; each row keeps its own Retry button.
+ */
+function bulkRetry(p: PageContext, raw: Record<string, string>, here: string): Safe {
+  const unhonoured = Object.keys(raw).filter((k) => !BULK_RETRY_FILTERS.has(k));
+  if (unhonoured.length) {
+    return html`<p class="muted">Retry all works by handler only: with ${unhonoured.join(' and ')} set, retry jobs one by one.</p>`;
+  }
+  const label = raw.handler ? `Retry all dead letters of ${raw.handler}` : 'Retry all dead letters';
+  const confirm = raw.handler ? `Retry every discarded job of ${raw.handler}, on every page?` : 'Retry every discarded job, of every handler, on every page?';
+  return html`<div class="actions">${actionButton(p, '/api/jobs/retry', label, { fields: { state: 'discarded', ...(raw.handler ? { handler: raw.handler } : {}) }, confirm, returnTo: here })}</div>`;
+}
 
 const TABS: [string, string][] = [['discarded', 'Dead letters'], ['retryable', 'Retrying'], ['available', 'Waiting'], ['running', 'Running'], ['cancelled', 'Cancelled'], ['completed', 'Completed'], ['', 'All']];
 
@@ -32,9 +50,7 @@ ${state ? html`<input type="hidden" name="state" value="${state}">` : ''}
 <label>Handler <select name="handler"><option value="">any</option>${handlers.map((h) => html`<option value="${h}"${h === raw.handler ? html` selected` : ''}>${h}</option>`)}</select></label>
 <label>Event id <input name="eventId" value="${raw.eventId ?? ''}"></label>
 <button type="submit">Filter</button></form>`;
-    const bulk = state === 'discarded' && page.items.length
-      ? html`<div class="actions">${actionButton(p, '/api/jobs/retry', raw.handler ? `Retry all dead letters of ${raw.handler}` : 'Retry all dead letters', { fields: { state: 'discarded', ...(raw.handler ? { handler: raw.handler } : {}) }, confirm: 'Retry every discarded job shown by this filter?', returnTo: here })}</div>`
-      : '';
+    const bulk = state === 'discarded' && page.items.length ? bulkRetry(p, raw, here) : '';
     const rows = page.items.map((j) => [
       html`<code>${j.id}</code>`, html`<code>${j.target}</code>`, badge(j.state),
       j.eventType ? html`<a href="${p.base}/events/${j.eventId}"><code>${j.eventType}</code></a> ${j.eventSubject ?? ''}` : html`<span class="muted">event removed</span>`,
