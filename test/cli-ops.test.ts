@@ -169,6 +169,33 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     await rea('events', 'list', ...db, '--since', 'yesterday');
     expect(err.mock.calls.flat().join(' ')).toMatch(/invalid option --since: /);
   });
+
+  it('events list and jobs list show control characters from stored data as ·, never send them to the terminal', async () => {
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    const db = ['--database-url', PG_URL, '--schema', s];
+    // Stored data is not rea's to trust: a capture trigger or another application writes the
+    // rows, a handler's exception the errors. ESC ]0;…BEL retitles the window, ESC [2J clears it.
+    const evil = '\u001b]0;pwned\u0007\u001b[2J\u009b31m';
+    const [id] = await bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved' as const, payload: { n: 1 } }]));
+    await target.query(`update "${s}".events set type = $2, subject = $3, poisoned_at = now(), fan_attempts = 5, last_error = $4 where id = $1`,
+      [id, `note.${evil}`, `S${evil}`, `boom${evil}`]);
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at, errors)
+       values ($1, 'handler', $2, 5, 1000, 'discarded', 5, now(), jsonb_build_array(jsonb_build_object('at', '2026-01-01T00:00:00Z', 'attempt', 5, 'message', $3::text)))`,
+      [id, `mailer${evil}`, `SMTP${evil}`]);
+
+    const shown = '·]0;pwned··[2J·31m';
+    const listed = (await rea('events', 'list', ...db)).out;
+    expect(listed).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
+    expect(listed).toContain(`note.${shown} S${shown}  boom${shown}`);
+    const jobs = (await rea('jobs', 'list', ...db)).out;
+    expect(jobs).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
+    expect(jobs).toContain(`handler mailer${shown}  attempt 5/5`);
+    expect(jobs).toContain(`last error: SMTP${shown}`);
+    // --json is for scripts: the data as stored, escaped by JSON.
+    expect(JSON.parse((await rea('events', 'list', ...db, '--json')).out).items[0].subject).toBe(`S${evil}`);
+  });
 });
 
 describe('operations CLI on a PGlite data directory', () => {

@@ -8,6 +8,7 @@ import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/w
 import type { EndpointState } from '../driver/webhooks.js';
 import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
 import { EXIT_FAILED } from './exit-codes.js';
+import { printable } from './printable.js';
 
 interface Flags extends ConnectionFlags {
   json?: boolean;
@@ -39,14 +40,6 @@ function command(name: string, description: string): Command {
 }
 
 const iso = (d: Date | null) => (d ? d.toISOString() : '-');
-
-/**
- * A receiver's answer is a third party's bytes: control characters (ESC sequences that clear the
- * screen, retitle the window or fake colours) are shown as '·' rather than sent to the terminal.
- */
-export function printable(text: string): string {
-  return text.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, '·');
-}
 
 export function formatEndpoint(e: Endpoint): string {
   const lines = [

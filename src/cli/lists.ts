@@ -5,6 +5,7 @@ import { InvalidFilterError, OptionsError } from '../core/errors.js';
 import type { EventSummary, JobSummary } from '../driver/admin.js';
 import type { EventListFilter, JobListFilter, Page } from '../core/filters.js';
 import { withAdminBus } from './admin-bus.js';
+import { printable } from './printable.js';
 import { addConnectionFlags, wholeNumber, type ConnectionFlags } from './settings.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : '-');
@@ -28,14 +29,16 @@ function printPage<T>(page: Page<T>, json: boolean | undefined, line: (item: T) 
   if (page.nextCursor) console.log(`(more: --cursor ${page.nextCursor})`);
 }
 
+// Types, subjects, handler names and errors are stored data (a capture trigger, another
+// application, a handler's exception): they go to the terminal through printable().
 export function formatEventLine(e: EventSummary): string {
-  const problem = e.state === 'poisoned' ? `  ${e.lastError ?? ''}` : '';
-  return `${e.id}  ${e.state.padEnd(8)} ${iso(e.createdAt)}  ${e.type}${e.subject ? ` ${e.subject}` : ''}${problem}`;
+  const problem = e.state === 'poisoned' ? `  ${printable(e.lastError ?? '')}` : '';
+  return `${e.id}  ${e.state.padEnd(8)} ${iso(e.createdAt)}  ${printable(e.type)}${e.subject ? ` ${printable(e.subject)}` : ''}${problem}`;
 }
 
 export function formatJobLine(j: JobSummary): string {
   const last = j.errors.at(-1);
-  return `${j.id.padStart(6)}  ${j.state.padEnd(9)} ${j.kind} ${j.target}  attempt ${j.attempt}/${j.maxAttempts}  event ${j.eventId}${last ? `  last error: ${last.message.replace(/\s+/g, ' ').slice(0, 120)}` : ''}`;
+  return `${j.id.padStart(6)}  ${j.state.padEnd(9)} ${j.kind} ${printable(j.target)}  attempt ${j.attempt}/${j.maxAttempts}  event ${j.eventId}${last ? `  last error: ${printable(last.message.replace(/\s+/g, ' ').slice(0, 120))}` : ''}`;
 }
 
 export function eventsListCommand(): Command {
