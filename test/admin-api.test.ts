@@ -75,7 +75,8 @@ describe('checkHealth: the lease figures mean what their names say', () => {
 });
 
 describe('admin API when the database cannot be used', () => {
-  it('answers 503 with what is wrong, never the server, user or password; the process log names it', async () => {
+  /** The admin of a bus whose PostgreSQL does not answer; what it logs is collected, not printed. */
+  async function serveUnreachable() {
     const bus = createBus({
       database: { postgres: 'postgres://ops:s3cretpw@127.0.0.1:1/shop', poolSize: 1 },
       events,
@@ -83,9 +84,13 @@ describe('admin API when the database cannot be used', () => {
     });
     onTestFinished(() => bus.stop());
     const logged: string[] = [];
-    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m.join(' ')));
+    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m.map(String).join(' ')));
     onTestFinished(() => spy.mockRestore());
-    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+    return { s: await serve(createAdminHandler(bus, { auth: { token: TOKEN } })), logged };
+  }
+
+  it('answers 503 with what is wrong, never the server, user or password; the process log names it', async () => {
+    const { s, logged } = await serveUnreachable();
     const r = await call(s.url, 'GET', '/api/overview', { headers: bearer(TOKEN) });
     expect(r.status).toBe(503);
     expect(r.json).toEqual({ error: { code: 'ERR_DATABASE', message: 'the database does not answer; try again shortly' } });
@@ -97,27 +102,8 @@ describe('admin API when the database cannot be used', () => {
   // Every route but the overview passed the driver's raw error on: a 500 ERR_INTERNAL, and pg's
   // whole stack in the log for every request.
   it('every route, page and /metrics answers 503 ERR_DATABASE, logged as one line each', async () => {
-    const bus = createBus({
-      database: { postgres: 'postgres://ops:s3cretpw@127.0.0.1:1/shop', poolSize: 1 },
-      events,
-      logger: { debug() {}, info() {}, warn() {}, error() {}, child() { return this; } },
-    });
-    onTestFinished(() => bus.stop());
-    const logged: string[] = [];
-    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m.map(String).join(' ')));
-    onTestFinished(() => spy.mockRestore());
-    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
-    const unavailable = { error: { code: 'ERR_DATABASE', message: 'the database does not answer; try again shortly' } };
-    for (const [method, path, body] of DATABASE_ROUTES) {
-      const r = await call(s.url, method, path, { headers: bearer(TOKEN), ...(body ? { body } : {}) });
-      expect(r.status, `${method} ${path}`).toBe(503);
-      expect(r.json, `${method} ${path}`).toEqual(unavailable);
-    }
-    for (const path of ['/events', '/jobs']) {
-      const r = await call(s.url, 'GET', path, { headers: bearer(TOKEN) });
-      expect(r.status, path).toBe(503);
-      expect(r.text).toContain('the database does not answer');
-    }
+    const { s, logged } = await serveUnreachable();
+    await expectEvery503(s.url, DATABASE_ROUTES, 'the database does not answer; try again shortly');
     expect(logged.length).toBe(DATABASE_ROUTES.length + 2);
     for (const line of logged) {
       expect(line).toMatch(/^rea admin: request failed: cannot reach PostgreSQL at 127\.0\.0\.1:1\/shop/);
@@ -144,6 +130,20 @@ const DATABASE_ROUTES: [string, string, unknown?][] = [
   ['GET', '/metrics'],
 ];
 
+/** Each route, and the /events and /jobs pages, answers 503 ERR_DATABASE with `message`. */
+async function expectEvery503(url: string, routes: [string, string, unknown?][], message: string): Promise<void> {
+  for (const [method, path, body] of routes) {
+    const r = await call(url, method, path, { headers: bearer(TOKEN), ...(body ? { body } : {}) });
+    expect(r.status, `${method} ${path}`).toBe(503);
+    expect(r.json, `${method} ${path}`).toEqual({ error: { code: 'ERR_DATABASE', message } });
+  }
+  for (const path of ['/events', '/jobs']) {
+    const r = await call(url, 'GET', path, { headers: bearer(TOKEN) });
+    expect(r.status, path).toBe(503);
+    expect(r.text).toContain(message.replace(/'/g, '&#39;'));
+  }
+}
+
 describeTargets('admin API on $name when rea is not migrated', (target) => {
   it.skipIf(!target.available)('every route, page and /metrics answers 503 ERR_DATABASE saying to run the migrations', async () => {
     const bus = createBus({ database: target.database(), schema: freshSchema('nomig'), events, logger: { debug() {}, info() {}, warn() {}, error() {}, child() { return this; } } });
@@ -151,17 +151,7 @@ describeTargets('admin API on $name when rea is not migrated', (target) => {
     const spy = vi.spyOn(console, 'error').mockImplementation(() => {});
     onTestFinished(() => spy.mockRestore());
     const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
-    const notMigrated = { error: { code: 'ERR_DATABASE', message: "rea's tables are not in this schema yet: run the migrations" } };
-    for (const [method, path, body] of [['GET', '/api/overview'] as [string, string], ...DATABASE_ROUTES]) {
-      const r = await call(s.url, method, path, { headers: bearer(TOKEN), ...(body ? { body } : {}) });
-      expect(r.status, `${method} ${path}`).toBe(503);
-      expect(r.json, `${method} ${path}`).toEqual(notMigrated);
-    }
-    for (const path of ['/events', '/jobs']) {
-      const r = await call(s.url, 'GET', path, { headers: bearer(TOKEN) });
-      expect(r.status, path).toBe(503);
-      expect(r.text).toContain('run the migrations');
-    }
+    await expectEvery503(s.url, [['GET', '/api/overview'], ...DATABASE_ROUTES], "rea's tables are not in this schema yet: run the migrations");
   });
 });
 
