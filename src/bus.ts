@@ -255,7 +255,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     secretGraceMs: webhookOptions.secretGraceMs,
   };
   const webhooksRun = webhookOptions.enabled !== false;
-  const channels = [new HandlerChannel(driver, handlers, clock, leaseMarginMs), ...(webhooksRun ? [new WebhookChannel(driver, webhookSettings, { lifecycle, clock })] : [])];
+  // Events a transactional handler records through ctx.tx wake the relay once they commit, as
+  // those of bus.transaction do.
+  const channels = [new HandlerChannel(driver, handlers, clock, leaseMarginMs, (events) => {
+    lifecycle.emit('transaction:committed', { events });
+    bus.wake();
+  }), ...(webhooksRun ? [new WebhookChannel(driver, webhookSettings, { lifecycle, clock })] : [])];
   const worker = new Worker(driver, channels, workerOptions, { lifecycle, log, clock, workerId: instanceId });
   const webhookApi = createWebhookApi(driver, webhookSettings, {
     lifecycle, clock, knownTypes: catalog.types,

@@ -345,6 +345,26 @@ describeTargets('delivery on $name', (target) => {
     expect(Date.now() - stopping).toBeLessThan(2000);
   });
 
+  test('an event a transactional handler records through ctx.tx wakes the relay when it commits, not at the next poll', async () => {
+    // Slow polls: only a wake-up delivers the second event soon.
+    const bus = await testBus(target, events, { relay: { maxPollMs: 10_000 }, worker: { maxPollMs: 10_000 } });
+    bus.on('order.created', 'chain', async (e, ctx) => {
+      await bus.record(ctx.tx!, 'audit.logged', { note: `after ${e.payload.orderNo}` });
+    }, { transactional: true });
+    const audited = deferred<number>();
+    bus.on('audit.logged', 'audit', () => audited.resolve(performance.now()));
+    const committed: number[] = [];
+    bus.lifecycle.on('transaction:committed', (c) => committed.push(c.events));
+    await bus.start();
+    await new Promise((r) => setTimeout(r, 1500)); // the poll loops back off while idle
+    const chained = bus.lifecycle.waitFor('job:completed', (c) => c.handler === 'chain');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C' }));
+    await chained;
+    const t0 = performance.now();
+    expect((await audited.promise) - t0).toBeLessThan(1000);
+    expect(committed).toEqual([1, 1]); // the caller's transaction, then the handler's
+  });
+
   test('handlers run in the event trace; events they record inherit the trace id; idempotency key is eventId:handler', async () => {
     const bus = await testBus(target, events);
     let ctxSeen: HandlerContext | undefined;

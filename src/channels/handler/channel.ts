@@ -17,6 +17,8 @@ export class HandlerChannel implements JobChannel {
     private readonly clock: Clock,
     /** Added to a handler's timeout to form the lease of the jobs this process claims. */
     private readonly leaseMarginMs: number,
+    /** A transactional handler's transaction committed events it recorded through ctx.tx. */
+    private readonly onRecorded: (events: number) => void = () => {},
   ) {}
 
   claimTargets(free: number, running: (target?: string) => number): ClaimTarget[] {
@@ -57,7 +59,7 @@ export class HandlerChannel implements JobChannel {
   }
 
   run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
-    return runHandler(this.driver, this.handler(job), job, abort, log, this.clock);
+    return runHandler(this.driver, this.handler(job), job, abort, log, this.clock, this.onRecorded);
   }
 
   private handler(job: ClaimedJob): RegisteredHandler {

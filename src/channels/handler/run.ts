@@ -53,6 +53,7 @@ export async function runHandler(
   abort: JobAbort,
   log: LazyLogger,
   clock: Clock,
+  onRecorded: (events: number) => void = () => {},
 ): Promise<HandlerOutcome> {
   if (!handler.transactional) {
     if (abort.aborted) throw abort.reason;
@@ -60,7 +61,9 @@ export async function runHandler(
     return 'succeeded';
   }
   const context = (tx: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
-  return driver.transaction(async (q, raw) => {
+  // Events recorded through ctx.tx: once they commit, the relay is told, as for bus.transaction.
+  let recorded = 0;
+  const outcome = await driver.transaction(async (q, raw) => {
     const fresh = await driver.executor.consumeInsert(q, { eventId: job.event.id, handler: handler.name });
     if (fresh) {
       // The job may have been aborted (its timeout, a stop) while this waited for a connection:
@@ -68,10 +71,13 @@ export async function runHandler(
       // attempt recorded as failed, and again on the retry.
       if (abort.aborted) throw abort.reason;
       const state = { open: true };
+      const tx = makeTransaction(q, raw, state) as Transaction & { recorded: number };
+      tx.recorded = 0;
       try {
-        await abort.race(call(handler, job, context(makeTransaction(q, raw, state))));
+        await abort.race(call(handler, job, context(tx)));
       } finally {
         state.open = false;
+        recorded = tx.recorded;
       }
     }
     const { consumed, completed } = await driver.executor.jobCompleteConsumed(q, {
@@ -81,6 +87,8 @@ export async function runHandler(
     if (!completed) throw new LeaseLostError();
     return fresh ? 'committed' : 'already-consumed';
   }, { aborted: () => abort.aborted });
+  if (recorded > 0) onRecorded(recorded);
+  return outcome;
 }
 
 /** A transactional handler rolled back rea's transaction through ctx.tx: nothing of the attempt was kept. */
