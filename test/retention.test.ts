@@ -1,7 +1,7 @@
 // Retention with an injected clock: every rule's window, the rows it must never touch (unfanned,
 // poisoned, events whose jobs still wait), archive mode, bounded batches, -1 = keep, registered
 // application tables, dry runs, the consume-record window, and the leader running it on its own.
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, exponentialBackoff, ManualClock, OptionsError } from '../src/index.js';
 import { backoffUpperBound } from '../src/core/backoff.js';
@@ -106,6 +106,34 @@ describeTargets('retention on $name', (target) => {
     expect(report.rules.find((r) => r.rule === 'jobs.discarded')!.removed).toBe(1);
     expect((await bus.retention.run()).rules.find((r) => r.rule === 'events')!.removed).toBe(1);
     expect(await ids(target, s)).toEqual([]);
+  });
+
+  // Two sessions at once: PGlite is one connection.
+  it.skipIf(!target.available || target.name !== 'postgres')('a replay made while a pass deletes its event is refused or keeps the event: no delivery is left without it', async () => {
+    // The pass decided from a snapshot taken before its locks: a delivery made and committed in
+    // between was left waiting for an event it had deleted.
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet, webhooks: { allowPrivateNetworks: true } });
+    const s = bus.schema;
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['note.*'] });
+    const [eventId] = await record(bus, 1);
+    await bus.relayOnce();
+    await target.query(`update "${s}".jobs set state = 'completed', finalized_at = $1`, [clock.now()]);
+    clock.advance(8 * DAY);
+    // Holds the pass inside its delete, as a large batch would.
+    await target.query(`create function "${s}".slow_delete() returns trigger language plpgsql as $$ begin perform pg_sleep(0.5); return old; end $$`);
+    await target.query(`create trigger slow before delete on "${s}".events for each row execute function "${s}".slow_delete()`);
+    const pass = bus.retention.run();
+    await vi.waitFor(async () => {
+      const sleeping = await target.query(`select 1 from pg_stat_activity where wait_event = 'PgSleep' and query like '%delete from "${s}".events%'`);
+      expect(sleeping).toHaveLength(1);
+    }, { timeout: 5000, interval: 20 });
+    const replay = await bus.events.replay(eventId!, { endpointId: ep.id }).then(() => 'replayed', (e: Error) => e.name);
+    expect((await pass).rules.find((r) => r.rule === 'events')!.removed).toBe(1);
+    const orphans = await target.query(
+      `select j.id from "${s}".jobs j where j.state in ('available', 'retryable', 'running') and not exists (select 1 from "${s}".events e where e.id = j.event_id)`);
+    expect(orphans).toEqual([]);
+    expect(replay).toBe('NotFoundError'); // it waited for the pass, then found no event
   });
 
   test('archive mode moves fanned events to events_archive, whose own window then deletes them', async () => {

@@ -44,7 +44,7 @@ export class PGliteDriver implements Driver {
     this.executor = new PostgresExecutor(pool, this.sql);
     this.admin = new PostgresAdminExecutor(pool, quoteSchema(options.schema));
     this.webhooks = new PostgresWebhookExecutor(pool, quoteSchema(options.schema));
-    this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema));
+    this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema), (fn) => this.transaction(fn));
   }
 
   async migrate(): Promise<{ applied: number[] }> {

@@ -74,7 +74,7 @@ export class PostgresDriver implements Driver {
     this.executor = new PostgresExecutor(preparedQueryable(this.pool, this.hot), this.sql);
     this.admin = new PostgresAdminExecutor(this.pool, s);
     this.webhooks = new PostgresWebhookExecutor(this.pool, s);
-    this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s);
+    this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s, (fn) => this.transaction(fn));
   }
 
   async migrate(): Promise<{ applied: number[] }> {

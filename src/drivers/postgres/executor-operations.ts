@@ -11,7 +11,13 @@ type Row = Record<string, any>;
 export class PostgresOperationsExecutor implements OperationsExecutor {
   private readonly sql: PostgresOperationsStatements;
 
-  constructor(private readonly pool: Queryable, private readonly schema: string, quotedSchema: string) {
+  constructor(
+    private readonly pool: Queryable,
+    private readonly schema: string,
+    quotedSchema: string,
+    /** The driver's transactions: events retention takes two statements in one. */
+    private readonly transaction: <T>(fn: (q: Queryable) => Promise<T>) => Promise<T>,
+  ) {
     this.sql = postgresOperationsStatements(quotedSchema);
   }
 
@@ -31,6 +37,18 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
   }
 
   async retentionDelete(p: { target: RetentionTarget; limit: number; now: Date | null }): Promise<number> {
+    const t = p.target;
+    if (t.kind === 'events') {
+      return this.transaction(async (q) => {
+        const { rows } = await q.query<Row>(this.sql.retentionLockEvents, [p.now, t.olderThanMs, p.limit]);
+        const ids = (rows[0]?.ids ?? []) as string[];
+        if (ids.length === 0) return 0;
+        // Fewer than it locked when a job became waiting in between: the pass then ends early
+        // (a short batch), and the next one goes on.
+        const deleted = await q.query<Row>(t.archive ? this.sql.retentionArchiveEvents : this.sql.retentionDeleteEvents, t.archive ? [ids, p.now] : [ids]);
+        return deleted.rows[0]?.n ?? 0;
+      });
+    }
     const [text, params] = this.retentionStatement(p.target, 'delete', p.limit, p.now);
     const { rows } = await this.pool.query<Row>(text, params);
     return rows[0]?.n ?? 0;
@@ -47,7 +65,8 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     const del = mode === 'delete';
     switch (t.kind) {
       case 'events':
-        return [del ? (t.archive ? this.sql.retentionArchiveEvents : this.sql.retentionDeleteEvents) : this.sql.retentionCountEvents, base];
+        if (del) throw new Error('events retention runs in a transaction (retentionDelete)');
+        return [this.sql.retentionCountEvents, base];
       case 'events_archive':
         return [del ? this.sql.retentionDeleteArchive : this.sql.retentionCountArchive, base];
       case 'jobs':

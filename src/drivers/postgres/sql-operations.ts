@@ -64,14 +64,18 @@ select count(*)::int as n from victims`;
   // A retried job keeps its attempt counter (so a late completion from a long-dead attempt can
   // never match the new one) and gets the handler's current allowance on top of it. Jobs whose
   // event retention already removed are left alone: they could only fail again.
+  //
+  // The event is locked (for key share) so that an events retention pass either sees the job
+  // waiting or has deleted the event before this finds it (see retentionLockEvents).
   const jobRetry = (filter: string) => /* sql */ `
 with picked as (
   select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
   from ${s}.jobs j
+  join ${s}.events e on e.id = j.event_id
   left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
   where ${filter}
-    and exists (select 1 from ${s}.events e where e.id = j.event_id)
   for update of j skip locked
+  for key share of e
 )
 update ${s}.jobs j
 set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
@@ -80,19 +84,34 @@ from picked
 where j.id = picked.id
 returning j.id::text as id`;
 
+  // Events go in two statements of one transaction: the first locks the victims, the second,
+  // with a snapshot taken after those locks, deletes those that still have no waiting job. One
+  // statement decided from a snapshot taken before its locks: a job made waiting in between (a
+  // replay, a retry of a cancelled job) committed, and its event was deleted all the same. Those
+  // writers lock the event (for key share) first, so they either make their job before the
+  // second statement looks, or wait for the deletion and find no event.
+  const stillUnawaited = /* sql */ `not exists (
+      select 1 from ${s}.jobs j
+      where j.event_id = e.id and j.state in ('available', 'running', 'retryable', 'discarded'))`;
+
   return {
-    retentionDeleteEvents: /* sql */ `${cutoff}, victims as (${eventVictims(true)}
-), gone as (
-  delete from ${s}.events e using victims v where e.id = v.id returning e.id
+    retentionLockEvents: /* sql */ `${cutoff}
+select coalesce(array_agg(id), '{}') as ids from (${eventVictims(true)}) v`,
+
+    // $1 the ids retentionLockEvents locked.
+    retentionDeleteEvents: /* sql */ `
+with gone as (
+  delete from ${s}.events e where e.id = any($1::uuid[]) and ${stillUnawaited} returning e.id
 )
 select count(*)::int as n from gone`,
 
-    retentionArchiveEvents: /* sql */ `${cutoff}, victims as (${eventVictims(true)}
-), gone as (
-  delete from ${s}.events e using victims v where e.id = v.id returning e.*
+    // $1 the ids retentionLockEvents locked, $2 now.
+    retentionArchiveEvents: /* sql */ `
+with gone as (
+  delete from ${s}.events e where e.id = any($1::uuid[]) and ${stillUnawaited} returning e.*
 ), moved as (
   insert into ${s}.events_archive (${EVENT_COLUMNS}, archived_at)
-  select ${EVENT_COLUMNS}, coalesce($1::timestamptz, now()) from gone
+  select ${EVENT_COLUMNS}, coalesce($2::timestamptz, now()) from gone
   on conflict (id) do nothing
   returning 1
 )

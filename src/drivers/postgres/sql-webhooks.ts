@@ -161,11 +161,14 @@ with old as (
 )
 select count(*)::int as n from gone`,
 
+    // The event is locked (for key share): an events retention pass then either sees this job
+    // waiting or has deleted the event, and nothing is inserted (see retentionLockEvents).
     webhookJobInsert: /* sql */ `
 insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
 select e.id, 'webhook', ep.id::text, $3, $4, 0, 1, coalesce($5::timestamptz, now())
 from ${s}.events e, ${s}.endpoints ep
 where e.id = $1::uuid and ep.id = $2::uuid
+for key share of e
 returning id::text as id`,
 
     webhookJobGet: /* sql */ `
