@@ -89,3 +89,21 @@ describe('throttled wake-ups', () => {
     }
   });
 });
+
+describe('uuidv7', () => {
+  it('keeps ids increasing when the clock steps back a little, and follows it again after a large step back', async () => {
+    const { uuidv7, uuidv7Time, MAX_CLOCK_STEP_BACK_MS } = await import('../src/core/uuid.js');
+    const t = Date.UTC(2026, 0, 1);
+    const a = uuidv7(t);
+    const b = uuidv7(t - 5000); // an NTP correction: still after a, dated a's millisecond
+    expect(b > a).toBe(true);
+    expect(uuidv7Time(b)).toBe(t);
+    // One id from a clock a year ahead must not date every later id a year ahead.
+    const ahead = uuidv7(t + 365 * 24 * 3600_000);
+    const back = uuidv7(t + 1);
+    expect(uuidv7Time(ahead)).toBe(t + 365 * 24 * 3600_000);
+    expect(uuidv7Time(back)).toBe(t + 1);
+    expect(uuidv7Time(uuidv7(t + 2))).toBe(t + 2);
+    expect(MAX_CLOCK_STEP_BACK_MS).toBeLessThan(60_000);
+  });
+});

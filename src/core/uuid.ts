@@ -5,9 +5,21 @@ import { randomBytesPooled } from './random.js';
 let lastMs = -1;
 let seq = 0;
 
+/**
+ * A clock that steps back at most this far keeps ids increasing (they carry the last time seen
+ * until it catches up). Past it, ids follow the clock again: one jump ahead (a VM resumed with a
+ * wrong clock, a bad NTP answer) would otherwise date every later id of the process in the
+ * future, so retention (which needs both id and created_at old) never removed its events and the
+ * relay, claiming in id order, took them last.
+ */
+export const MAX_CLOCK_STEP_BACK_MS = 10_000;
+
 export function uuidv7(nowMs: number = Date.now()): string {
   let ms = nowMs;
-  if (ms <= lastMs) {
+  if (lastMs - ms > MAX_CLOCK_STEP_BACK_MS) {
+    lastMs = ms;
+    seq = 0;
+  } else if (ms <= lastMs) {
     ms = lastMs;
     seq++;
     if (seq > 0xfff) {
