@@ -68,4 +68,14 @@ describe('rea panel', () => {
     expect(isLoopbackHost('localhost:8787')).toBe(true);
     expect(isLoopbackHost('evil.example:8787')).toBe(false);
   });
+
+  it('every spelling of the IPv6 loopback is loopback, other addresses are not', () => {
+    // The long form was refused: only the text '::1' was compared.
+    for (const host of ['0:0:0:0:0:0:0:1', '[0:0:0:0:0:0:0:1]:8787', '0::1', '::ffff:127.0.0.1', '[::ffff:7f00:1]:8787', '127.0.0.2']) {
+      expect({ host, loopback: isLoopbackHost(host) }).toEqual({ host, loopback: true });
+    }
+    for (const host of ['::2', '[0:0:0:0:0:0:0:2]:8787', '::', '::ffff:10.0.0.1', '128.0.0.1', 'fe80::1']) {
+      expect({ host, loopback: isLoopbackHost(host) }).toEqual({ host, loopback: false });
+    }
+  });
 });

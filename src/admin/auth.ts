@@ -3,7 +3,7 @@
 // loopback-only rule of `auth: 'none'`. Every secret comparison is constant-time.
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { isIP } from 'node:net';
+import { BlockList, isIP } from 'node:net';
 import { OptionsError } from '../core/errors.js';
 
 export type AdminAuth = 'none' | { token: string } | { username: string; password: string };
@@ -164,11 +164,15 @@ export function sessionCookie(value: string, path: string, secure: boolean, maxA
   return `${SESSION_COOKIE}=${value}; Path=${path}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure ? '; Secure' : ''}`;
 }
 
+// Checked on the parsed address, so every spelling matches: 0:0:0:0:0:0:0:1 and ::1, and an
+// IPv4-mapped ::ffff:127.0.0.1 (a dual-stack socket's peer) like 127.0.0.1.
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
 export function isLoopbackAddress(address: string | undefined): boolean {
-  if (!address) return false;
-  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
-  if (isIP(a) === 4) return a.startsWith('127.');
-  return a === '::1';
+  const family = address ? isIP(address) : 0;
+  return family !== 0 && LOOPBACK.check(address!, family === 4 ? 'ipv4' : 'ipv6');
 }
 
 /**
