@@ -261,6 +261,9 @@ describeTargets('admin API on $name', (target) => {
       ['GET', '/api/events?since=yesterday', 'since'],
       ['GET', '/api/events?type=a%20b', 'type'],
       ['GET', '/api/events?since=2025-02-01T00:00:00Z&until=2025-01-01T00:00:00Z', 'until'],
+      // A day the month does not have was rolled over into the next month by Date.parse.
+      ['GET', '/api/events?since=2025-02-30T00:00:00Z', 'since'],
+      ['GET', '/api/events?until=2025-06-31', 'until'],
       ['GET', '/api/events?stat=poisoned', 'stat'],
       ['GET', '/api/events/123', 'id'],
       ['GET', '/api/jobs?state=finished', 'state'],

@@ -116,6 +116,8 @@ describe('rea: command-line mistakes', () => {
       [['endpoints', 'attempts', id, ...db, '--limit', 'abc'], /option '--limit <n>' argument 'abc' is invalid\. must be a whole number from 1 to 1000/],
       [['endpoints', 'rotate', id, ...db, '--grace-ms', '-5'], /option '--grace-ms <ms>' argument '-5' is invalid\. must be a whole number ≥ 0/],
       [['endpoints', 'list', ...db, '--state', 'bogus'], /invalid option --state: must be one of enabled, failing, disabled, got 'bogus'/],
+      // 30 February was taken as 2 March, and the message blamed --until.
+      [['events', 'list', ...db, '--since', '2025-02-30', '--until', '2025-03-01'], /invalid option --since: must be a date or an ISO 8601 timestamp \(2025-01-31T12:00:00Z\) of a day that exists/],
       [['endpoints', 'enable', 'notauuid', ...db], /notauuid is not an endpoint id \(a UUID/],
       [['endpoints', 'add', 'https://example.com/hook', ...db, '--events', ' , '], /invalid option --events: give at least one event type or pattern/],
       [['run', 'x.js', '--stop-timeout', 'soon'], /option '--stop-timeout <ms>' argument 'soon' is invalid/],

@@ -1,6 +1,7 @@
 // Input schemas shared by the API routes and the panel pages: list filters from the query
 // string, id lists from JSON or forms. Parsing errors become 400s naming the parameter.
 import { z } from 'zod';
+import { isoTimeMs } from '../core/filters.js';
 import { isJobId, MAX_JOB_ID } from '../core/job-id.js';
 import { EVENT_STATES } from '../driver/admin.js';
 import { JOB_STATES } from '../driver/types.js';
@@ -12,7 +13,7 @@ const jobId = z.string().refine(isJobId, `must be a job id (1 to ${MAX_JOB_ID})`
 /** A page cursor that is a job or attempt id: the nextCursor of the previous page. */
 export const idCursor = z.string().refine(isJobId, 'must be the nextCursor of a previous page');
 const limit = z.coerce.number({ message: 'must be a number' }).int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500');
-const isoTime = z.string().refine((v) => /^\d{4}-\d{2}-\d{2}/.test(v) && Number.isFinite(Date.parse(v)), 'must be an ISO 8601 timestamp such as 2025-01-31T12:00:00Z');
+const isoTime = z.string().refine((v) => Number.isFinite(isoTimeMs(v)), 'must be an ISO 8601 timestamp such as 2025-01-31T12:00:00Z, of a day that exists');
 
 export const eventListQuery = z.object({
   type: text.regex(/^(\*|[A-Za-z0-9_.:-]+(\.\*)?)$/, 'must be an event type or a prefix.* pattern').optional(),

@@ -117,7 +117,22 @@ function optionalText(v: unknown, name: string): string | null {
 
 function optionalTime(v: unknown, name: string): number | null {
   if (v === undefined || v === null || v === '') return null;
-  const ms = v instanceof Date ? v.getTime() : typeof v === 'string' && /^\d{4}-\d{2}-\d{2}/.test(v) ? Date.parse(v) : NaN;
-  if (!Number.isFinite(ms)) throw new InvalidFilterError(name, 'must be a date or an ISO 8601 timestamp (2025-01-31T12:00:00Z)');
+  const ms = v instanceof Date ? v.getTime() : typeof v === 'string' ? isoTimeMs(v) : NaN;
+  if (!Number.isFinite(ms)) throw new InvalidFilterError(name, 'must be a date or an ISO 8601 timestamp (2025-01-31T12:00:00Z) of a day that exists');
   return ms;
+}
+
+/**
+ * An ISO 8601 date or timestamp as epoch ms, NaN when it is not one. Date.parse rolls a day the
+ * month does not have over into the next month (2025-02-30 is 2 March), so a typo would move
+ * the bound silently; such a date is refused here. Out-of-range hours and minutes it refuses itself.
+ */
+export function isoTimeMs(text: string): number {
+  const m = /^(\d{4})-(\d{2})-(\d{2})/.exec(text);
+  if (!m) return NaN;
+  const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  if (date.getUTCFullYear() !== year || date.getUTCMonth() !== month - 1 || date.getUTCDate() !== day) return NaN;
+  return Date.parse(text);
 }
