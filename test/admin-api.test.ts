@@ -285,6 +285,8 @@ describeTargets('admin API on $name', (target) => {
       ['POST', '/api/events/requeue', 'ids', {}],
       ['POST', '/api/endpoints', 'url', { eventTypes: ['order.*'] }],
       ['POST', '/api/endpoints', 'eventTypes', { url: 'http://127.0.0.1:9/x', eventTypes: [] }],
+      // The bus's own check named its call (endpoints.create.eventTypes[1]), not the parameter.
+      ['POST', '/api/endpoints', 'eventTypes', { url: 'https://hooks.example.com/in', eventTypes: ['order.*', 'a b'] }],
       ['GET', '/api/endpoints?state=sleepy', 'state'],
       ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'endpointId', {}],
     ];

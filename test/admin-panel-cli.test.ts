@@ -17,7 +17,8 @@ describe('rea panel', () => {
     await expect(startPanel({ ...base, host: '0.0.0.0', auth: false })).rejects.toThrow(/--no-auth only binds a loopback address/);
     await expect(startPanel({ ...base, host: '192.168.1.10', auth: false })).rejects.toMatchObject({ field: '--host' });
     await expect(startPanel({ ...base })).rejects.toMatchObject({ field: '--token-env' });
-    await expect(startPanel({ ...base, port: 'x' })).rejects.toMatchObject({ field: '--port' });
+    // A malformed value is a usage error like the rest of the command line's (it was ERR_OPTIONS).
+    await expect(startPanel({ ...base, port: 'x' })).rejects.toMatchObject({ code: 'ERR_USAGE', field: '--port' });
   });
 
   it('a port already in use is a usage error naming the port and --port, not a bare EADDRINUSE', async () => {

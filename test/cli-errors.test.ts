@@ -95,7 +95,7 @@ describe('rea: command-line mistakes', () => {
     expect(JSON.parse(unknown.text)).toEqual({ error: { code: 'ERR_USAGE', message: "unknown option '--colour'" } });
     const bad = await rea('endpoints', 'attempts', '0190a8f2-0000-7000-8000-000000000000', '--json', '--limit', 'abc');
     expect(bad.code).toBe(2);
-    expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 1000") });
+    expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', field: '--limit', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 1000") });
     // Without --json the text stays as it was, with the help after it.
     const text = await rea('status', '--colour');
     expect(text.text).toContain("error: unknown option '--colour'");
@@ -146,7 +146,34 @@ describe('rea: command-line mistakes', () => {
       expect(r.text).not.toContain('ERR_UNEXPECTED');
     }
     const json = await rea('jobs', 'list', ...db, '--cursor', '9999999999999999999', '--json');
-    expect(JSON.parse(json.text).error).toMatchObject({ code: 'ERR_OPTIONS', field: '--cursor' });
+    expect(JSON.parse(json.text).error).toMatchObject({ code: 'ERR_USAGE', field: '--cursor' });
+  });
+
+  it('a malformed value is ERR_USAGE naming the flag, whichever part of rea refused it', async () => {
+    // --state and --kind were ERR_OPTIONS while --limit was ERR_USAGE; capture named its option
+    // (watchColumns) and endpoints add the bus call's field (endpoints.create.eventTypes[1]).
+    const db = ['--database-url', PG_URL, '--schema', freshSchema('usage')];
+    const cases: [string[], string, RegExp][] = [
+      [['events', 'list', ...db, '--state', 'bogus'], '--state', /must be one of unfanned, fanned, poisoned/],
+      [['events', 'list', ...db, '--limit', '0'], '--limit', /must be a whole number from 1 to 500/],
+      [['events', 'list', ...db, '--since', 'yesterday'], '--since', /ISO 8601/],
+      [['jobs', 'list', ...db, '--state', 'bogus'], '--state', /must be one of available/],
+      [['jobs', 'list', ...db, '--kind', 'bogus'], '--kind', /must be one of handler, webhook, forward/],
+      [['jobs', 'list', ...db, '--event', 'nope'], '--event', /must be an event id/],
+      [['endpoints', 'list', ...db, '--state', 'bogus'], '--state', /must be one of enabled, failing, disabled/],
+      [['endpoints', 'add', 'https://hooks.example.com/in', ...db, '--events', 'order.*,a b'], '--events', /must be an event type or pattern .* \(item 2 of the list\)/],
+      [['jobs', 'cancel', 'x1', ...db], 'jobs cancel', /x1 is not a job id/],
+      [['capture', '--table', 'orders', '--subject', 'id', '--type', 'order.changed'], '--watch', /invalid option --watch: must name at least one column when UPDATE is captured/],
+      [['capture', '--table', 'orders', '--subject', 'id', '--watch', 'a,a', '--type', 'x.y'], '--watch', /'a' is listed twice \(item 2 of the list\)/],
+    ];
+    for (const [args, field, message] of cases) {
+      const r = await rea(...args, '--json');
+      expect({ args, code: r.code }).toEqual({ args, code: 2 });
+      const { error } = JSON.parse(r.text);
+      expect({ args, code: error.code, field: error.field }).toEqual({ args, code: 'ERR_USAGE', field });
+      expect(error.message).toMatch(message);
+    }
+    // Database settings keep the documented OptionsError (above): a refused --database-url is ERR_OPTIONS.
   });
 
   it('events requeue with neither ids nor --poisoned is a usage error, not "requeued 0 events"', async () => {

@@ -93,6 +93,14 @@ const DATABASE_PROBLEM: Record<DatabaseError['kind'], string> = {
   'not-migrated': "rea's tables are not in this schema yet: run the migrations",
 };
 
+/**
+ * The bus names an input by its call and place (endpoints.create.eventTypes[0]); the API names
+ * the body parameter that carried it (eventTypes), as its own 400s do. Other fields stay as they are.
+ */
+function parameterOf(field: string | undefined): string | undefined {
+  return field === undefined ? undefined : /^[a-z]+\.[A-Za-z]+\.([A-Za-z]+)(\[\d+\])?$/.exec(field)?.[1] ?? field;
+}
+
 /** Map anything a route throws to a status and a JSON error body; internals never leak. */
 export function errorResponse(err: unknown): { status: number; body: { error: { code: string; message: string; parameter?: string } } } {
   if (err instanceof HttpError) {
@@ -103,7 +111,7 @@ export function errorResponse(err: unknown): { status: number; body: { error: { 
     return { status: 503, body: { error: { code: err.code, message: DATABASE_PROBLEM[err.kind] } } };
   }
   if (err instanceof ReaError) {
-    const parameter = (err as { parameter?: string; field?: string }).parameter ?? (err as { field?: string }).field;
+    const parameter = (err as { parameter?: string }).parameter ?? parameterOf((err as { field?: string }).field);
     const status = err.code === 'ERR_NOT_FOUND' ? 404 : 400;
     return { status, body: { error: { code: err.code, message: err.message, ...(parameter ? { parameter } : {}) } } };
   }

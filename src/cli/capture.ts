@@ -2,9 +2,10 @@
 // watched column of an application table really changes.
 import { Command } from 'commander';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
-import { captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
+import { CaptureOptionsError, captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { flagError } from './usage-error.js';
 
 const list = (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean);
 
@@ -27,6 +28,24 @@ function applyError(err: unknown, flags: ColumnFlags): unknown {
   }
   if (/^[0-9A-Z]{5}$/.test(code)) return new DatabaseError('refused', `the capture trigger on ${flags.table} was not applied: ${message} (SQLSTATE ${code})`, { cause: err });
   return err;
+}
+
+// captureTriggerSql names its options (watchColumns[1]); the user typed flags.
+const FLAG_OF: Record<string, string> = {
+  schema: '--schema', table: '--table', subjectColumn: '--subject', watchColumns: '--watch',
+  eventType: '--type', eventTypes: '--insert, --update or --delete', 'eventTypes.insert': '--insert',
+  'eventTypes.update': '--update', 'eventTypes.delete': '--delete', name: '--name',
+};
+
+function captureSql(...args: Parameters<typeof captureTriggerSql>): ReturnType<typeof captureTriggerSql> {
+  try {
+    return captureTriggerSql(...args);
+  } catch (err) {
+    if (!(err instanceof CaptureOptionsError)) throw err;
+    // Without --payload the payload columns are the --watch list.
+    const payloadFlag = args[0].payloadColumns === args[0].watchColumns ? '--watch' : '--payload';
+    throw flagError(err, (option) => (option === 'payloadColumns' ? payloadFlag : FLAG_OF[option])) ?? err;
+  }
 }
 
 export function captureCommand(): Command {
@@ -53,7 +72,7 @@ export function captureCommand(): Command {
         ? { insert: flags.insert, update: flags.update, delete: flags.delete }
         : undefined;
       const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
-      const sql = captureTriggerSql({
+      const sql = captureSql({
         schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
         payloadColumns: flags.payload ?? flags.watch ?? [], name: flags.name,
         ...(eventTypes ? { eventTypes } : { eventType: flags.type }),

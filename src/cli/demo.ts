@@ -9,8 +9,7 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { z } from 'zod';
 import { createBus } from '../bus.js';
-import { OptionsError } from '../core/errors.js';
-import { checkPort, checkWholeNumber } from './settings.js';
+import { badValue, checkPort, checkWholeNumber } from './settings.js';
 import { defineEvents } from '../core/events.js';
 import { pino } from 'pino';
 import type { Logger } from '../core/logger.js';
@@ -59,7 +58,7 @@ const PANEL_HOST = '127.0.0.1';
 function rate(field: string, raw: string | number): number {
   const n = typeof raw === 'number' ? raw : /^(\d+(\.\d*)?|\.\d+)$/.test(raw.trim()) ? Number(raw) : Number.NaN;
   if (!Number.isFinite(n) || n < MIN_RATE || n > MAX_RATE) {
-    throw new OptionsError(field, `must be a number of orders per second from ${MIN_RATE} to ${MAX_RATE}, got '${raw}'`);
+    throw badValue(field, `must be a number of orders per second from ${MIN_RATE} to ${MAX_RATE}, got '${raw}'`);
   }
   return n;
 }

@@ -4,6 +4,7 @@ import { Command } from 'commander';
 import { createBus, type Bus } from '../bus.js';
 import { defineEvents, type EventSchemas } from '../core/events.js';
 import { NotFoundError, OptionsError } from '../core/errors.js';
+import { flagError, UsageError } from './usage-error.js';
 import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/webhook/endpoints.js';
 import type { EndpointState } from '../driver/webhooks.js';
 import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
@@ -19,7 +20,22 @@ async function withEndpointsBus<T>(flags: Flags, fn: (bus: Bus<EventSchemas>) =>
   const { database, schema } = resolveConnection(flags);
   const allowPrivateNetworks = flags.allowPrivateNetworks === true || process.env.REA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS === '1';
   // An admin bus: no event catalog (patterns are checked for shape only), never started.
-  return onDatabase(createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } }), fn);
+  try {
+    return await onDatabase(createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } }), fn);
+  } catch (err) {
+    throw asFlagError(err);
+  }
+}
+
+// The bus names what it refused by its call (endpoints.create.eventTypes[1]); the user typed a flag.
+const FLAG_OF: Record<string, string> = {
+  'endpoints.create.url': '<url>', 'endpoints.create.eventTypes': '--events', 'endpoints.create.description': '--description',
+  'endpoints.update.url': '--url', 'endpoints.update.eventTypes': '--events', 'endpoints.update.description': '--description',
+  'endpoints.disable.reason': '--reason', 'endpoints.rotateSecret.graceMs': '--grace-ms',
+};
+
+function asFlagError(err: unknown): unknown {
+  return err instanceof OptionsError ? flagError(err, (option) => FLAG_OF[option]) ?? err : err;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -28,7 +44,7 @@ const STATES: readonly EndpointState[] = ['enabled', 'failing', 'disabled'];
 /** Endpoint ids are UUIDs: anything else is a typo, not an endpoint that happens not to exist. */
 function endpointId(command: string): (value: string) => string {
   return (value) => {
-    if (!UUID.test(value)) throw new OptionsError(`endpoints ${command} <id>`, `${value} is not an endpoint id (a UUID; rea endpoints list shows them)`);
+    if (!UUID.test(value)) throw new UsageError(`endpoints ${command} <id>`, `${value} is not an endpoint id (a UUID; rea endpoints list shows them)`);
     return value;
   };
 }
@@ -80,7 +96,7 @@ export function endpointsCommand(): Command {
       .option('--description <text>', 'what it is for')
       .option('--secret <whsec>', 'use this Standard Webhooks secret instead of a generated one')
       .action(async (url: string, flags: Flags & { events: string[]; description?: string; secret?: string }) => {
-        if (flags.events.length === 0) throw new OptionsError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
+        if (flags.events.length === 0) throw new UsageError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
         const e = await withEndpointsBus(flags, (bus) => bus.endpoints.create({ url, eventTypes: flags.events, description: flags.description, secret: flags.secret }));
         printWithSecret(e, flags.json, 'secret');
       }),
@@ -91,7 +107,7 @@ export function endpointsCommand(): Command {
       .option('--state <state>', 'only enabled, failing or disabled endpoints')
       .action(async (flags: Flags & { state?: string }) => {
         if (flags.state !== undefined && !STATES.includes(flags.state as EndpointState)) {
-          throw new OptionsError('--state', `must be one of ${STATES.join(', ')}, got '${flags.state}'`);
+          throw new UsageError('--state', `must be one of ${STATES.join(', ')}, got '${flags.state}'`);
         }
         const list = await withEndpointsBus(flags, (bus) => bus.endpoints.list({ state: flags.state as EndpointState | undefined }));
         if (flags.json) return console.log(JSON.stringify(list));
@@ -107,9 +123,9 @@ export function endpointsCommand(): Command {
       .option('--description <text>', "the new description ('' clears it)")
       .action(async (id: string, flags: Flags & { url?: string; events?: string[]; description?: string }) => {
         if (flags.url === undefined && flags.events === undefined && flags.description === undefined) {
-          throw new OptionsError('endpoints update', 'give at least one of --url, --events, --description');
+          throw new UsageError('endpoints update', 'give at least one of --url, --events, --description');
         }
-        if (flags.events !== undefined && flags.events.length === 0) throw new OptionsError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
+        if (flags.events !== undefined && flags.events.length === 0) throw new UsageError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
         const changes = { url: flags.url, eventTypes: flags.events, description: flags.description };
         printEndpoint(await withEndpointsBus(flags, (bus) => bus.endpoints.update(id, changes)), flags.json);
       }),
@@ -143,7 +159,7 @@ export function endpointsCommand(): Command {
       .argument('<id>', 'the endpoint id', endpointId('delete'))
       .option('--yes', 'really delete (there is no undo; `disable` keeps the endpoint)')
       .action(async (id: string, flags: Flags & { yes?: boolean }) => {
-        if (!flags.yes) throw new OptionsError('endpoints delete', `deleting ${id} cannot be undone: add --yes (or use rea endpoints disable, which keeps it)`);
+        if (!flags.yes) throw new UsageError('endpoints delete', `deleting ${id} cannot be undone: add --yes (or use rea endpoints disable, which keeps it)`);
         const deleted = await withEndpointsBus(flags, (bus) => bus.endpoints.delete(id));
         if (!deleted) throw new NotFoundError(`endpoint ${id}`);
         const waiting = deleted.cancelled === 1 ? '1 waiting delivery' : `${deleted.cancelled} waiting deliveries`;

@@ -1,9 +1,9 @@
 // rea events …: list events (lists.ts) and repair them. `requeue` puts poisoned events back in front of the
 // relay (fan attempts reset) and says which ones it changed and which it left alone.
 import { Command } from 'commander';
-import { OptionsError } from '../core/errors.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { UsageError } from './usage-error.js';
 import { EXIT_FAILED } from './exit-codes.js';
 import { eventsListCommand } from './lists.js';
 
@@ -21,9 +21,9 @@ export function eventsCommand(): Command {
     .option('--poisoned', 'requeue every poisoned event')
     .option('--json', 'print { requeued, unchanged } as JSON')
     .action(async (ids: string[], flags: ConnectionFlags & { poisoned?: boolean; json?: boolean }) => {
-      if (Boolean(flags.poisoned) === (ids.length > 0)) throw new OptionsError('events requeue', 'give event ids or --poisoned (one of the two)');
+      if (Boolean(flags.poisoned) === (ids.length > 0)) throw new UsageError('events requeue', 'give event ids or --poisoned (one of the two)');
       const bad = ids.find((id) => !UUID.test(id));
-      if (bad) throw new OptionsError('events requeue', `${bad} is not an event id (a UUID)`);
+      if (bad) throw new UsageError('events requeue', `${bad} is not an event id (a UUID)`);
       const requeued = await withAdminBus(flags, (bus) => bus.events.requeue(flags.poisoned ? { poisoned: true } : ids));
       const outcome: RequeueOutcome = { requeued, unchanged: ids.filter((id) => !requeued.includes(id.toLowerCase())) };
       console.log(flags.json ? JSON.stringify(outcome) : formatRequeue(outcome));

@@ -2,11 +2,11 @@
 // rest, why they were left alone (their state, or an event retention already removed).
 import { Command } from 'commander';
 import type { Bus } from '../bus.js';
-import { OptionsError } from '../core/errors.js';
 import { isJobId, MAX_JOB_ID } from '../core/job-id.js';
 import type { EventSchemas } from '../core/events.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
+import { UsageError } from './usage-error.js';
 import { EXIT_FAILED } from './exit-codes.js';
 import { jobsListCommand } from './lists.js';
 
@@ -18,7 +18,7 @@ export interface JobRepairOutcome {
 
 function checkIds(ids: string[], command: string): void {
   const bad = ids.find((id) => !isJobId(id));
-  if (bad) throw new OptionsError(command, `${bad} is not a job id (a whole number from 1 to ${MAX_JOB_ID})`);
+  if (bad) throw new UsageError(command, `${bad} is not a job id (a whole number from 1 to ${MAX_JOB_ID})`);
 }
 
 /** Why each asked-for id did not change, read after the action. */
@@ -46,9 +46,9 @@ export function jobsCommand(): Command {
     .action(async (ids: string[], flags: ConnectionFlags & { discarded?: boolean; cancelled?: boolean; handler?: string; json?: boolean }) => {
       const byState = flags.discarded ? 'discarded' : flags.cancelled ? 'cancelled' : undefined;
       if ((byState !== undefined) === (ids.length > 0) || (flags.discarded && flags.cancelled)) {
-        throw new OptionsError('jobs retry', 'give job ids, or one of --discarded / --cancelled');
+        throw new UsageError('jobs retry', 'give job ids, or one of --discarded / --cancelled');
       }
-      if (flags.handler && !byState) throw new OptionsError('jobs retry --handler', 'goes with --discarded or --cancelled');
+      if (flags.handler && !byState) throw new UsageError('jobs retry --handler', 'goes with --discarded or --cancelled');
       checkIds(ids, 'jobs retry');
       const outcome = await withAdminBus(flags, async (bus): Promise<JobRepairOutcome> => {
         const changed = await bus.jobs.retry(byState ? { state: byState, handler: flags.handler } : ids);

@@ -1,12 +1,13 @@
 // rea events list | rea jobs list: find the ids the repair commands take, newest first, one page
 // at a time (--cursor with the printed next cursor). Filters are the library's; a bad one names the flag.
 import { Command } from 'commander';
-import { InvalidFilterError, OptionsError } from '../core/errors.js';
+import { InvalidFilterError } from '../core/errors.js';
 import type { EventSummary, JobSummary } from '../driver/admin.js';
 import type { EventListFilter, JobListFilter, Page } from '../core/filters.js';
 import { withAdminBus } from './admin-bus.js';
 import { printable } from './printable.js';
 import { addConnectionFlags, wholeNumber, type ConnectionFlags } from './settings.js';
+import { UsageError } from './usage-error.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : '-');
 const FLAG_OF: Record<string, string> = { eventId: '--event', traceId: '--trace', handler: '--handler' };
@@ -17,7 +18,7 @@ async function withFlags<T>(run: () => Promise<T>): Promise<T> {
     return await run();
   } catch (err) {
     if (err instanceof InvalidFilterError) {
-      throw new OptionsError(FLAG_OF[err.parameter] ?? `--${err.parameter}`, err.message.replace(/^invalid filter \S+: /, ''));
+      throw new UsageError(FLAG_OF[err.parameter] ?? `--${err.parameter}`, err.message.replace(/^invalid filter \S+: /, ''));
     }
     throw err;
   }

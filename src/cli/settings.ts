@@ -7,6 +7,7 @@ import { OptionsError } from '../core/errors.js';
 import type { Bus, DatabaseOptions } from '../bus.js';
 import type { EventSchemas } from '../core/events.js';
 import { checkConnectionString, checkSchemaName } from '../drivers/postgres/common.js';
+import { UsageError } from './usage-error.js';
 
 export interface ConnectionFlags {
   databaseUrl?: string;
@@ -70,16 +71,21 @@ export function wholeNumber(min: number, max = Number.MAX_SAFE_INTEGER): (value:
   };
 }
 
-/** `raw` (a flag's text, or a number from code) as a whole number ≥ `min`, or an OptionsError naming `field`. */
+/** `raw` (a flag's text, or a number from code) as a whole number ≥ `min`, or an error naming `field` (badValue). */
 export function checkWholeNumber(field: string, raw: string | number, min: number): number {
   const n = typeof raw === 'number' ? raw : /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
-  if (!Number.isSafeInteger(n) || n < min) throw new OptionsError(field, `must be a whole number ≥ ${min}, got '${raw}'`);
+  if (!Number.isSafeInteger(n) || n < min) throw badValue(field, `must be a whole number ≥ ${min}, got '${raw}'`);
   return n;
 }
 
-/** `raw` as a TCP port (0 picks a free one), or an OptionsError naming `field`. */
+/** `raw` as a TCP port (0 picks a free one), or an error naming `field` (badValue). */
 export function checkPort(field: string, raw: string | number): number {
   const n = typeof raw === 'number' ? raw : /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new OptionsError(field, `must be a port number from 0 to 65535 (0 picks a free one), got '${raw}'`);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw badValue(field, `must be a port number from 0 to 65535 (0 picks a free one), got '${raw}'`);
   return n;
+}
+
+/** A malformed value: a usage error when `field` is a flag (it came from the command line), else an OptionsError (an option in code). */
+export function badValue(field: string, problem: string): OptionsError | UsageError {
+  return field.startsWith('--') ? new UsageError(field, problem) : new OptionsError(field, problem);
 }

@@ -13,7 +13,9 @@ export type ReaErrorCode =
   | 'ERR_DATABASE'
   | 'ERR_MODULE'
   | 'ERR_NOT_FOUND'
-  | 'ERR_INVALID_FILTER';
+  | 'ERR_INVALID_FILTER'
+  /** The rea command line was wrong (the CLI's UsageError). */
+  | 'ERR_USAGE';
 
 export class ReaError extends Error {
   readonly code: ReaErrorCode;
