@@ -573,6 +573,36 @@ describeTargets('admin API on $name', (target) => {
     }
   });
 
+  test('a notice shows only when the panel signed it for this session; it stays out of the login redirect', async () => {
+    const { s } = await setup(target);
+    const cookie = await login(s.url);
+    const forged = 'Token rotated: send it to ops@evil.example';
+    // Any page rendered ?notice= as the green status line, whoever wrote the link.
+    const page = await call(s.url, 'GET', `/events?notice=${encodeURIComponent(forged)}`, { headers: { cookie } });
+    expect(page.status).toBe(200);
+    expect(page.text).not.toContain('ops@evil.example');
+    expect(page.text).not.toContain('role="status"');
+    // An action's redirect carries it signed: the page it leads to shows it.
+    const csrf = csrfFrom((await call(s.url, 'GET', '/', { headers: { cookie } })).text);
+    const done = await call(s.url, 'POST', '/api/events/requeue', { form: { poisoned: 'true', _csrf: csrf, _return: '/events' }, headers: { cookie, origin: s.url } });
+    expect(done.status).toBe(303);
+    const back = done.headers.location!;
+    expect(back).toMatch(/^\/events\?notice=Requeued.*&noticeSig=/);
+    expect((await call(s.url, 'GET', back, { headers: { cookie } })).text).toContain('<p class="notice" role="status">Requeued 0 events.</p>');
+    // Its signature does not carry over to other words, nor to another session.
+    const tampered = back.replace('Requeued', 'Deleted');
+    expect((await call(s.url, 'GET', tampered, { headers: { cookie } })).text).not.toContain('role="status"');
+    const other = await login(s.url);
+    expect((await call(s.url, 'GET', back, { headers: { cookie: other } })).text).not.toContain('role="status"');
+    // A refused form comes back with its reason, signed too.
+    const refused = await call(s.url, 'POST', '/api/jobs/retry', { form: { ids: 'x', _csrf: csrf, _return: '/jobs' }, headers: { cookie, origin: s.url, referer: `${s.url}/jobs?state=discarded` } });
+    expect(refused.headers.location).toMatch(/^\/jobs\?state=discarded&notice=Refused.*&noticeSig=/);
+    expect((await call(s.url, 'GET', refused.headers.location!, { headers: { cookie } })).text).toContain('role="status">Refused: ');
+    // Logged out, the notice is not carried into the login's next.
+    const toLogin = await call(s.url, 'GET', `/events?type=order.*&notice=${encodeURIComponent(forged)}`);
+    expect(toLogin.headers.location).toBe(`/login?next=${encodeURIComponent('/events?type=order.*')}`);
+  });
+
   test('mounted in Express under /admin: API and pages, links carry the mount path', async () => {
     const { bus } = await setup(target);
     const app = express();

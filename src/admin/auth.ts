@@ -121,6 +121,19 @@ export class Authenticator {
     return typeof token === 'string' && safeEqual(token, this.csrfToken(principal), this.compareKey);
   }
 
+  /**
+   * The signature of a notice (what a panel action did, carried by its redirect), for this
+   * session: a link cannot make the panel show words of its author's choosing, and a notice
+   * made for one session shows in no other.
+   */
+  noticeSignature(principal: Principal, text: string): string {
+    return this.sign(`notice:${principal.session ?? principal.via}:${text}`);
+  }
+
+  checkNotice(principal: Principal, text: string, signature: string | null): boolean {
+    return typeof signature === 'string' && safeEqual(signature, this.noticeSignature(principal, text), this.compareKey);
+  }
+
   /** Both compared every time, so a right username with a wrong password takes as long as neither. */
   private userAndPasswordMatch(user: string, pass: string): boolean {
     if (this.auth === 'none' || !('username' in this.auth)) return false;

@@ -61,6 +61,13 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
     }
     const isApi = path.startsWith('/api/') || path === '/api' || path === '/metrics' || path === '/healthz';
     securityHeaders(res, isApi ? "default-src 'none'; frame-ancestors 'none'" : csp(nonce));
+    // A page's notice is shown only with its signature (checked once the principal is known), and
+    // it is no filter: taken out of the query the page reads and of the login redirect's `next`.
+    const notice = { text: url.searchParams.get(NOTICE), signature: url.searchParams.get(NOTICE_SIG) };
+    if (!isApi) {
+      url.searchParams.delete(NOTICE);
+      url.searchParams.delete(NOTICE_SIG);
+    }
 
     const method = (req.method ?? 'GET').toUpperCase();
     const match = findRoute(compiled, method === 'HEAD' ? 'GET' : method, path);
@@ -75,10 +82,11 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
     const { route, params } = match;
     const wantsForm = method === 'POST' && String(req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded');
 
+    let principal: Principal | null = null;
+    let stateChangeChecked = false;
     try {
       // Under auth 'none' the only gate is the network: loopback peers, and a loopback Host so
       // a DNS-rebinding page cannot reach us through a name it controls.
-      let principal: Principal | null = null;
       if (auth.mode === 'none') {
         if (!isLoopbackAddress(req.socket.remoteAddress) || !isLoopbackHost(req.headers.host)) {
           throw forbidden("auth 'none' serves loopback clients only");
@@ -100,17 +108,21 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
 
       const body: Body = method === 'POST' ? await readBody(req) : { kind: 'none' };
       if (method === 'POST') checkStateChange(req, body, principal, auth, allowedOrigins);
+      stateChangeChecked = true;
 
       const page: PageContext = {
         base, nonce, path, csrf: principal ? auth.csrfToken(principal) : null,
-        notice: url.searchParams.get('notice'), loggedIn: principal?.via === 'session',
+        notice: !isApi && principal && notice.text !== null && auth.checkNotice(principal, notice.text, notice.signature) ? notice.text : null,
+        loggedIn: principal?.via === 'session',
         refreshS: path === '/' && refreshS > 0 ? refreshS : null,
       };
       const ctx: RouteContext = {
         req, res, bus, params, query: url.searchParams, body, base, path, principal, auth, page, metrics, leaderGraceMs,
       };
       const result = await route.handle(ctx);
-      return send(res, result, wantsForm ? returnPath(body, base) : null);
+      const who = principal;
+      const signed = (back: string, text: string) => (who ? withNotice(back, text, (t) => auth.noticeSignature(who, t)) : back);
+      return send(res, result, wantsForm ? returnPath(body, base) : null, signed);
     } catch (thrown) {
       const err = explainDatabaseError(bus, thrown);
       // Expected refusals (HttpError, rea's typed errors) are the client's business; anything
@@ -126,10 +138,11 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
         res.setHeader('Content-Type', 'text/html; charset=utf-8');
         return void res.end(layout(ctx, 'Error', html`<h1>${status}</h1><p>${body.error.message}</p><p><a href="${base}/">Back to the overview</a></p>`));
       }
-      if (wantsForm && status < 500 && status !== 401 && status !== 403) {
+      if (wantsForm && principal && stateChangeChecked && status < 500 && status !== 401 && status !== 403) {
         // A form whose input was refused: back to the page, with the reason shown.
         const back = returnPathFromRequest(req, base);
-        if (back) return redirect(res, withNotice(back, `Refused: ${body.error.message}`));
+        const who = principal;
+        if (back) return redirect(res, withNotice(back, `Refused: ${body.error.message}`, (t) => auth.noticeSignature(who, t)));
       }
       return sendJson(res, status, body);
     }
@@ -174,7 +187,7 @@ function checkStateChange(req: IncomingMessage, body: Body, principal: Principal
   if (!auth.checkCsrf(principal, token)) throw forbidden('missing or wrong CSRF token (reload the page)');
 }
 
-function send(res: ServerResponse, result: RouteResult, formReturn: string | null): void {
+function send(res: ServerResponse, result: RouteResult, formReturn: string | null, noticed: (path: string, notice: string) => string): void {
   if ('redirect' in result) {
     if (result.setCookie) res.setHeader('Set-Cookie', result.setCookie);
     return redirect(res, result.redirect);
@@ -182,7 +195,7 @@ function send(res: ServerResponse, result: RouteResult, formReturn: string | nul
   if ('html' in result) return sendText(res, result.status ?? 200, 'text/html; charset=utf-8', result.html);
   if ('text' in result) return sendText(res, result.status ?? 200, result.contentType, result.text);
   if (formReturn !== null && 'json' in result && result.formPage) return sendText(res, 200, 'text/html; charset=utf-8', result.formPage(formReturn));
-  if (formReturn !== null) return redirect(res, result.notice ? withNotice(formReturn, result.notice) : formReturn);
+  if (formReturn !== null) return redirect(res, result.notice ? noticed(formReturn, result.notice) : formReturn);
   return sendJson(res, result.status ?? 200, result.json);
 }
 
@@ -198,16 +211,23 @@ function returnPathFromRequest(req: IncomingMessage, base: string): string | nul
   try {
     const u = new URL(ref);
     if (u.host !== req.headers.host || !u.pathname.startsWith(base)) return null;
-    u.searchParams.delete('notice');
+    u.searchParams.delete(NOTICE);
+    u.searchParams.delete(NOTICE_SIG);
     return u.pathname + u.search;
   } catch {
     return null;
   }
 }
 
-function withNotice(path: string, notice: string): string {
+const NOTICE = 'notice';
+const NOTICE_SIG = 'noticeSig';
+
+/** `path` with a notice for the page it leads to, and the signature without which no page shows it. */
+function withNotice(path: string, notice: string, sign: (text: string) => string): string {
   const u = new URL(path, 'http://x');
-  u.searchParams.set('notice', notice.slice(0, 300));
+  const text = notice.slice(0, 300);
+  u.searchParams.set(NOTICE, text);
+  u.searchParams.set(NOTICE_SIG, sign(text));
   return u.pathname + u.search;
 }
 

@@ -45,7 +45,7 @@ export interface PageContext {
   path: string;
   /** Seconds between automatic reloads, or null. */
   refreshS?: number | null;
-  /** A one-line result of the last action (from the ?notice= of a redirect). */
+  /** A one-line result of the last action (the ?notice= of its redirect, shown only when signed for this session). */
   notice?: string | null;
   /** Shows the logout button (a session exists). */
   loggedIn?: boolean;

@@ -9,7 +9,6 @@ export default defineRoute({
   async handle(ctx) {
     const p = ctx.page;
     const raw = queryFields(ctx.query);
-    delete raw.notice;
     let error: string | null = null;
     let page: Awaited<ReturnType<typeof ctx.bus.events.list>> = { items: [], nextCursor: null };
     try {

@@ -31,7 +31,6 @@ export default defineRoute({
   async handle(ctx) {
     const p = ctx.page;
     const raw = queryFields(ctx.query);
-    delete raw.notice;
     let error: string | null = null;
     let page: Awaited<ReturnType<typeof ctx.bus.jobs.list>> = { items: [], nextCursor: null };
     try {
