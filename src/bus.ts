@@ -33,7 +33,7 @@ import { Rescuer } from './maintenance/rescuer.js';
 import { Vacuum } from './maintenance/vacuum.js';
 import { MaintenanceLane, ServiceRunner } from './maintenance/service.js';
 import { Relay } from './relay/relay.js';
-import { deferInto, isReaTransaction, makeTransaction, type Transaction, type TransactionState } from './tx/rea.js';
+import { deferInto, isReaTransaction, makeTransaction, noteRecorded, type Transaction, type TransactionState } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
 import { Worker } from './worker/worker.js';
 import { HandlerChannel } from './channels/handler/channel.js';
@@ -352,7 +352,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     const q = driver.unwrapTransaction(tx);
     // In bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
     if (!(isReaTransaction(tx) && deferInto(tx, rows))) await driver.executor.eventInsertMany(q, rows).catch(rejectNotMigrated);
-    if (isReaTransaction(tx)) (tx as unknown as { recorded: number }).recorded += rows.length;
+    if (isReaTransaction(tx)) noteRecorded(tx, rows.length);
   };
 
   async function startBus(): Promise<void> {
@@ -464,22 +464,19 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
     async transaction(fn) {
       if (state === 'stopped') throw new BusStateError('the bus has been stopped');
-      let recorded = 0;
       const txState: TransactionState = { open: true };
       const result = await driver.transaction(async (q, raw) => {
         if (driver.capabilities.deferredRecord) {
           txState.pending = [];
           txState.flush = () => driver.executor.eventInsertMany(q, txState.pending!.splice(0));
         }
-        const tx = makeTransaction(q, raw, txState) as Transaction & { recorded: number };
-        tx.recorded = 0;
         try {
-          return await fn(tx);
+          return await fn(makeTransaction(q, raw, txState));
         } finally {
           txState.open = false;
-          recorded = tx.recorded;
         }
       }, { pendingEvents: () => txState.pending?.splice(0) ?? [] }).catch(rejectNotMigrated);
+      const recorded = txState.recorded ?? 0;
       if (recorded > 0) {
         lifecycle.emit('transaction:committed', { events: recorded });
         bus.wake();

@@ -17,6 +17,8 @@ export interface TransactionState {
    */
   pending?: EventInsert[];
   flush?: () => Promise<void>;
+  /** Events recorded through this transaction: once it commits, the relay is told. */
+  recorded?: number;
 }
 
 export function makeTransaction(q: Queryable, raw: unknown, state: TransactionState): Transaction {
@@ -37,6 +39,12 @@ export function deferInto(tx: Transaction, rows: EventInsert[]): boolean {
   if (!state.pending) return false;
   state.pending.push(...rows);
   return true;
+}
+
+/** Count events recorded through a rea transaction (see TransactionState.recorded). */
+export function noteRecorded(tx: Transaction, events: number): void {
+  const state = (tx as unknown as Record<symbol, TransactionState>)[REA_TX]!;
+  state.recorded = (state.recorded ?? 0) + events;
 }
 
 export function isReaTransaction(tx: unknown): tx is Transaction {

@@ -271,11 +271,11 @@ export class Worker {
     this.handOver(jobs);
   }
 
-  /** Start or buffer jobs inserted already claimed by this worker. */
   /**
-   * Jobs an inline round handed off, once it committed. Their lease ran from the round's start
-   * (`leasedAt`, performance.now()), which may be up to inlineMs ago: they wait in the buffer as
-   * claimed then, so one that can no longer start well inside its lease goes back to the queue.
+   * Start or buffer jobs inserted already claimed by this worker. Their lease ran from `leasedAt`
+   * (performance.now()): an inline round hands them over once it committed, up to inlineMs later,
+   * so they wait in the buffer as claimed then, and one that can no longer start well inside its
+   * lease goes back to the queue.
    */
   handOver(jobs: ClaimedJob[], leasedAt = performance.now()): void {
     if (jobs.length === 0) return;

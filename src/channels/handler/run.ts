@@ -3,7 +3,7 @@
 import type { Clock } from '../../core/clock.js';
 import type { LazyLogger, Logger } from '../../core/logger.js';
 import type { ClaimedJob, Driver } from '../../driver/types.js';
-import { makeTransaction, type Transaction } from '../../tx/rea.js';
+import { makeTransaction, type Transaction, type TransactionState } from '../../tx/rea.js';
 import type { JobAbort } from '../../worker/abort.js';
 import type { HandlerContext, RegisteredHandler } from '../../worker/registry.js';
 
@@ -62,7 +62,7 @@ export async function runHandler(
   }
   const context = (tx: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
   // Events recorded through ctx.tx: once they commit, the relay is told, as for bus.transaction.
-  let recorded = 0;
+  const state: TransactionState = { open: true };
   const outcome = await driver.transaction(async (q, raw) => {
     const fresh = await driver.executor.consumeInsert(q, { eventId: job.event.id, handler: handler.name });
     if (fresh) {
@@ -70,14 +70,10 @@ export async function runHandler(
       // the handler must not start then, or its effects outside the database would come on an
       // attempt recorded as failed, and again on the retry.
       if (abort.aborted) throw abort.reason;
-      const state = { open: true };
-      const tx = makeTransaction(q, raw, state) as Transaction & { recorded: number };
-      tx.recorded = 0;
       try {
-        await abort.race(call(handler, job, context(tx)));
+        await abort.race(call(handler, job, context(makeTransaction(q, raw, state))));
       } finally {
         state.open = false;
-        recorded = tx.recorded;
       }
     }
     const { consumed, completed } = await driver.executor.jobCompleteConsumed(q, {
@@ -87,7 +83,7 @@ export async function runHandler(
     if (!completed) throw new LeaseLostError();
     return fresh ? 'committed' : 'already-consumed';
   }, { aborted: () => abort.aborted });
-  if (recorded > 0) onRecorded(recorded);
+  if (state.recorded) onRecorded(state.recorded);
   return outcome;
 }
 

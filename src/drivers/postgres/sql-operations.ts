@@ -26,13 +26,14 @@ export function postgresOperationsStatements(s: string) {
   // outlast the window must still find its event. Nor a discarded one, while the jobs rule keeps
   // it: the jobs_discarded alert says to fix the handler and retry them, and a retried job needs
   // its event (a webhook's 18 attempts take ~4 of the 7 days).
+  const unawaited = /* sql */ `not exists (
+      select 1 from ${s}.jobs j
+      where j.event_id = e.id and j.state in ('available', 'running', 'retryable', 'discarded'))`;
   const eventVictims = (lock: boolean) => /* sql */ `
   select e.id from ${s}.events e, cutoff
   where e.id < cutoff.id and e.created_at < cutoff.at
     and e.fanned_out_at is not null and e.poisoned_at is null
-    and not exists (
-      select 1 from ${s}.jobs j
-      where j.event_id = e.id and j.state in ('available', 'running', 'retryable', 'discarded'))
+    and ${unawaited}
   order by e.id
   limit $3${lock ? '\n  for update of e skip locked' : ''}`;
 
@@ -85,14 +86,11 @@ where j.id = picked.id
 returning j.id::text as id`;
 
   // Events go in two statements of one transaction: the first locks the victims, the second,
-  // with a snapshot taken after those locks, deletes those that still have no waiting job. One
+  // with a snapshot taken after those locks, deletes those that are still unawaited. One
   // statement decided from a snapshot taken before its locks: a job made waiting in between (a
   // replay, a retry of a cancelled job) committed, and its event was deleted all the same. Those
   // writers lock the event (for key share) first, so they either make their job before the
   // second statement looks, or wait for the deletion and find no event.
-  const stillUnawaited = /* sql */ `not exists (
-      select 1 from ${s}.jobs j
-      where j.event_id = e.id and j.state in ('available', 'running', 'retryable', 'discarded'))`;
 
   return {
     retentionLockEvents: /* sql */ `${cutoff}
@@ -101,14 +99,14 @@ select coalesce(array_agg(id), '{}') as ids from (${eventVictims(true)}) v`,
     // $1 the ids retentionLockEvents locked.
     retentionDeleteEvents: /* sql */ `
 with gone as (
-  delete from ${s}.events e where e.id = any($1::uuid[]) and ${stillUnawaited} returning e.id
+  delete from ${s}.events e where e.id = any($1::uuid[]) and ${unawaited} returning e.id
 )
 select count(*)::int as n from gone`,
 
     // $1 the ids retentionLockEvents locked, $2 now.
     retentionArchiveEvents: /* sql */ `
 with gone as (
-  delete from ${s}.events e where e.id = any($1::uuid[]) and ${stillUnawaited} returning e.*
+  delete from ${s}.events e where e.id = any($1::uuid[]) and ${unawaited} returning e.*
 ), moved as (
   insert into ${s}.events_archive (${EVENT_COLUMNS}, archived_at)
   select ${EVENT_COLUMNS}, coalesce($2::timestamptz, now()) from gone
