@@ -1,6 +1,6 @@
 // rea panel: refuses to serve half-configured (no token, or --no-auth on a reachable address),
 // and serves the admin on loopback otherwise.
-import { createServer, type AddressInfo } from 'node:net';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isLoopbackHost } from '../src/admin/auth.js';
 import { startPanel } from '../src/cli/panel.js';
@@ -34,6 +34,29 @@ describe('rea panel', () => {
     }
   });
 
+  it('a port in use is said at once, not after waiting for a database that does not answer', async () => {
+    // A "database" that accepts connections and never answers: the panel waits up to 15 s for it
+    // before serving, and the port error used to come only after that wait.
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket));
+    const taken = createServer();
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const dbPort = (silent.address() as AddressInfo).port;
+    const port = (taken.address() as AddressInfo).port;
+    try {
+      const t0 = performance.now();
+      const err = await startPanel({ port: String(port), host: '127.0.0.1', tokenEnv: 'REA_TEST_PANEL_TOKEN', auth: false, databaseUrl: `postgres://postgres@127.0.0.1:${dbPort}/x` })
+        .then(() => null, (e: unknown) => e);
+      expect(err).toMatchObject({ code: 'ERR_OPTIONS', field: '--port' });
+      expect(performance.now() - t0).toBeLessThan(5_000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => taken.close(() => resolve()));
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  });
+
   it('serves the API with the token from the environment, and without auth on loopback', async () => {
     process.env.REA_TEST_PANEL_TOKEN = TOKEN;
     const panel = await startPanel({ ...base });
@@ -50,7 +73,7 @@ describe('rea panel', () => {
     } finally {
       await open.close();
     }
-  });
+  }, 60_000); // two embedded databases start, 2-5 s each, and more on a loaded machine
 
   it('--no-auth serves on ::1, the IPv6 loopback its message lists (its last group is no port)', async () => {
     const open = await startPanel({ ...base, host: '::1', auth: false });

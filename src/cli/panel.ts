@@ -55,12 +55,15 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
   if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
   const bus = adminBus(flags);
   try {
-    // Open the database before serving: an embedded PGlite takes seconds to start, and /healthz
-    // would call it down meanwhile (its check gives up after 2 s). A server that is down or does
-    // not answer within OPEN_WAIT_MS is no reason not to serve: the panel and /healthz say so.
-    await openWithin(bus, OPEN_WAIT_MS);
-    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! } })
+    // Bind the port first, so a port in use is said at once rather than after the database has
+    // opened (an embedded PGlite takes seconds; a server that is down, up to OPEN_WAIT_MS). Requests
+    // wait for the database to open before they are served: /healthz would call a PGlite that is
+    // still starting down (its check gives up after 2 s). A server that is down or does not answer
+    // within OPEN_WAIT_MS is no reason not to serve: the panel and /healthz say so.
+    const opened = openWithin(bus, OPEN_WAIT_MS);
+    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! }, ready: opened })
       .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
+    await opened;
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
   } catch (err) {
     await bus.stop();
@@ -78,10 +81,14 @@ export function listenError(err: unknown, o: { host: string; port: number; flag:
 }
 
 /** Serve the admin handler for `bus` on host:port (0 picks a free port); the bus stays the caller's. */
-export async function servePanel(bus: AdminBus, o: { port: number; host: string; auth: AdminAuth }): Promise<{ url: string; close: () => Promise<void> }> {
+export async function servePanel(
+  bus: AdminBus,
+  o: { port: number; host: string; auth: AdminAuth; /** Requests wait for it before they are handled. */ ready?: Promise<void> },
+): Promise<{ url: string; close: () => Promise<void> }> {
   if (o.auth === 'none' && !isLoopbackHost(o.host)) throw new OptionsError('host', `auth 'none' only binds a loopback address, not ${o.host}`);
   const handler = createAdminHandler(bus, { auth: o.auth });
-  const server = createServer(handler);
+  const { ready } = o;
+  const server = createServer(ready ? (req, res) => void ready.then(() => handler(req, res)) : handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, resolve);
