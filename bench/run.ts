@@ -62,7 +62,7 @@ const reps = Number(value('reps') ?? (quick ? 1 : 3));
 const CONCURRENCY = 8;
 const CONNECTIONS = 8;
 const SIZE = quick
-  ? { throughput: 2_000, latencyN: 400, rate: 200, singles: 2_000, batched: 10_000, physical: 4_000, overhead: 4_000, claimSmall: 10_000, claimLarge: 1_000_000, claimRounds: 10, timeoutMs: 60_000 }
+  ? { throughput: 2_000, latencyN: 400, rate: 200, singles: 2_000, batched: 10_000, physical: 4_000, overhead: 2_000, claimSmall: 10_000, claimLarge: 500_000, claimRounds: 10, timeoutMs: 60_000 }
   : { throughput: 20_000, latencyN: 2_000, rate: 200, singles: 20_000, batched: 50_000, physical: 20_000, overhead: 20_000, claimSmall: 10_000, claimLarge: 5_000_000, claimRounds: 20, timeoutMs: 300_000 };
 
 const log = (...m: unknown[]) => console.error('[bench]', ...m);
@@ -202,8 +202,8 @@ async function main() {
 
   let storage: string | undefined;
   if (figures.includes('storage')) {
-    // A soak, not a ratio: one run, shortened in quick mode (windows of 10 s instead of 1 min).
-    const r = await runStorageBench(quick ? { durationMs: 45_000, windowMs: 10_000, sampleEveryMs: 5_000 } : {});
+    // A soak, not a ratio: one run, shortened in quick mode (windows of 6 s instead of 1 min, four of them).
+    const r = await runStorageBench(quick ? { durationMs: 24_000, windowMs: 6_000, sampleEveryMs: 3_000 } : {});
     console.log(JSON.stringify({ figure: 'storage', system: 'rea', samples: r.samples.length, recorded: r.recorded }));
     storage = storageMarkdown(r);
   }
@@ -227,7 +227,7 @@ async function main() {
       'figure 3': `${SIZE.singles.toLocaleString('en-US')} single-job transactions; ${SIZE.batched.toLocaleString('en-US')} jobs in batches of 500; ${CONNECTIONS} connections`,
       'figure 4': `${SIZE.overhead.toLocaleString('en-US')} transactions per side, ${CONNECTIONS} connections`,
       'figure 5': `${SIZE.physical.toLocaleString('en-US')} transactions per variant, ${CONNECTIONS} connections`,
-      'figure 6': `${SIZE.claimSmall.toLocaleString('en-US')} vs ${SIZE.claimLarge.toLocaleString('en-US')} fanned rows; median of ${SIZE.claimRounds} rounds of 200${quick ? ' (quick mode uses 1 M, not 5 M)' : ''}`,
+      'figure 6': `${SIZE.claimSmall.toLocaleString('en-US')} vs ${SIZE.claimLarge.toLocaleString('en-US')} fanned rows; median of ${SIZE.claimRounds} rounds of 200${quick ? ' (quick mode uses 500 k, not 5 M)' : ''}`,
     },
     notes: NOTES,
   }) + (storage ? `\n${storage}\n` : ''));
@@ -348,7 +348,7 @@ function targetsOf(series: Series[]): Target[] {
   const eventRowText = eventRow !== undefined ? `; rea's own events row by hand, with COMMIT: ${eventRow.toFixed(3)}` : '';
   t.push({ figure: '4 record overhead (bus.transaction)', text: '≤ 1.10', met: ovTx !== undefined ? ovTx <= 1.1 : undefined, value: ovTx !== undefined ? `${ovTx.toFixed(3)}${floorOf(get('floor_extra_row_with_commit', 'rea'))}${eventRowText}` : '—' });
   const cr = get('claim_ratio', 'rea');
-  t.push({ figure: '6 claim vs history', text: '≤ 1.2', met: cr !== undefined ? cr <= 1.2 : undefined, value: cr !== undefined ? `${cr.toFixed(3)}${quick ? ' (quick: 1 M rows, not 5 M)' : ''}` : '—' });
+  t.push({ figure: '6 claim vs history', text: '≤ 1.2', met: cr !== undefined ? cr <= 1.2 : undefined, value: cr !== undefined ? `${cr.toFixed(3)}${quick ? ' (quick: 500 k rows, not 5 M)' : ''}` : '—' });
   const rss = get('peak_rss', 'rea');
   t.push({ figure: '7 memory', text: 'worker peak RSS ≤ 150 MB', met: rss !== undefined ? rss <= 150 : undefined,
     value: rss !== undefined ? `${rss.toFixed(1)} MB` : '—' });
