@@ -86,7 +86,8 @@ function isConnectionError(err: object): boolean {
   const code = String((err as { code?: unknown }).code ?? '');
   if (code.startsWith('08') || CONNECTION_CODES.has(code) || TRANSIENT_NODE_CODES.has(code)) return true;
   const message = String((err as { message?: unknown }).message ?? '');
-  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable|PGlite is closed/i.test(message);
+  // 'timeout expired': node-postgres's own words when connect_timeout ran out.
+  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable|PGlite is closed|^timeout expired$/i.test(message);
 }
 
 /**
@@ -113,6 +114,52 @@ export function checkConnectionString(url: string, field: string): void {
   if (`${parsed.pathname}${parsed.search}${parsed.hash}`.includes('@')) {
     throw new OptionsError(field, `an '@' after the host: percent-encode '/', '?', '#' and '@' in the user name and password (encodeURIComponent); ${expected}`);
   }
+}
+
+/** How long opening a connection may take when the connection string does not say (connect_timeout). */
+export const CONNECT_TIMEOUT_MS = 10_000;
+/** Idle time before TCP keepalive probes start when the connection string does not say (keepalives_idle). */
+export const KEEPALIVE_IDLE_MS = 60_000;
+
+/** What node-postgres needs to honour a connection string's socket settings. */
+export interface SocketSettings {
+  connectionTimeoutMillis: number;
+  keepAlive: boolean;
+  keepAliveInitialDelayMillis: number;
+}
+
+/**
+ * The connection string's libpq socket parameters, which node-postgres reads only from its config
+ * object and ignores in a URL: `connect_timeout` (seconds; 0 waits for ever, as libpq),
+ * `keepalives` (0 turns TCP keepalive off) and `keepalives_idle` (seconds). rea's defaults differ
+ * from libpq's, which waits for ever and leaves keepalive to the system (2 hours of silence before
+ * the first probe): a server that accepts the connection and never answers must not hang a
+ * worker for ever, and an idle LISTEN connection must survive NAT and load-balancer idle timeouts,
+ * and be noticed when it dies, rather than leave wake-ups silently to the poll.
+ */
+export function socketSettings(url: string, field: string): SocketSettings {
+  const settings = { connectionTimeoutMillis: CONNECT_TIMEOUT_MS, keepAlive: true, keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS };
+  if (url.startsWith('/')) return settings;
+  let params: URLSearchParams;
+  try {
+    params = new URL(url).searchParams;
+  } catch {
+    return settings; // checkConnectionString names what is wrong with it
+  }
+  const seconds = (name: string): number | undefined => {
+    const raw = params.get(name);
+    if (raw === null) return undefined;
+    if (!/^\d+$/.test(raw.trim()) || Number(raw) > 2_147_483) throw new OptionsError(field, `${name} in the connection string takes whole seconds (0 to 2147483), not '${raw}'`);
+    return Number(raw) * 1000;
+  };
+  settings.connectionTimeoutMillis = seconds('connect_timeout') ?? settings.connectionTimeoutMillis;
+  const keepalives = params.get('keepalives');
+  if (keepalives !== null) {
+    if (keepalives !== '0' && keepalives !== '1') throw new OptionsError(field, `keepalives in the connection string is 1 or 0, not '${keepalives}'`);
+    settings.keepAlive = keepalives === '1';
+  }
+  settings.keepAliveInitialDelayMillis = seconds('keepalives_idle') ?? settings.keepAliveInitialDelayMillis;
+  return settings;
 }
 
 const REFUSED_CODES = new Set(['28P01', '28000', '3D000']);
@@ -152,6 +199,9 @@ export function explainPostgresError(err: unknown, schema: string, where: string
   }
   if (TLS_CERT_CODES.has(code)) {
     return new DatabaseError('refused', `${where}: its TLS certificate was not accepted (${code}: ${message}); give the CA with sslrootcert, or choose another sslmode`, { cause: err });
+  }
+  if (/^timeout expired$/.test(message)) {
+    return new DatabaseError('unreachable', `cannot reach ${where}: no answer within the connect timeout (connect_timeout in the connection string, in seconds; ${CONNECT_TIMEOUT_MS / 1000} by default)`, { cause: err });
   }
   if (isConnectionError(err)) return new DatabaseError('unreachable', `cannot reach ${where}: ${message || code}`, { cause: err });
   return err;

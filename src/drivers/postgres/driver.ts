@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { checkConnectionString, checkMigrated, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, checkMigrated, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
@@ -36,6 +36,8 @@ export class PostgresDriver implements Driver {
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly connectionString: string | undefined;
+  /** Connect timeout and keepalive of the connections rea opens from a connection string. */
+  private readonly socket: SocketSettings | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   private listeners: { close: () => Promise<void>; client: () => pg.Client | undefined }[] = [];
   /** Wake-ups waiting for the one in flight (on the LISTEN or the wake-up connection), by channel and payload. */
@@ -56,7 +58,16 @@ export class PostgresDriver implements Driver {
     if (typeof options.connection === 'string') {
       checkConnectionString(options.connection, 'database.postgres');
       this.connectionString = options.connection;
-      this.pool = new pg.Pool({ connectionString: options.connection, max: options.poolSize, application_name: 'rea' });
+      this.socket = socketSettings(options.connection, 'database.postgres');
+      const { connectionTimeoutMillis, ...keepAlive } = this.socket;
+      // The connect timeout goes to each connection, not to the pool: the pool would also give up
+      // on a caller waiting that long for a free connection, and a full pool is no fault.
+      class Client extends pg.Client {
+        constructor(config?: pg.ClientConfig) {
+          super({ ...config, connectionTimeoutMillis });
+        }
+      }
+      this.pool = new pg.Pool({ connectionString: options.connection, max: options.poolSize, application_name: 'rea', Client, ...keepAlive });
       this.ownsPool = true;
     } else {
       this.pool = options.connection;
@@ -310,7 +321,7 @@ export class PostgresDriver implements Driver {
   /** A connection outside the pool, with the pool's settings. */
   private ownClient(applicationName: string): pg.Client {
     return this.connectionString
-      ? new pg.Client({ connectionString: this.connectionString, application_name: applicationName })
+      ? new pg.Client({ connectionString: this.connectionString, application_name: applicationName, ...this.socket })
       : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: applicationName });
   }
 
