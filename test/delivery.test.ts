@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { createBus, defineEvents, permanent, retryAfter, type HandlerContext } from '../src/index.js';
 import { describeTargets, freshSchema, PG_URL, quickBackoff, testBus } from './helpers/db.js';
 import { deferred } from './helpers/signals.js';
+import { currentTraceId } from '../src/core/trace.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -383,6 +384,32 @@ describeTargets('delivery on $name', (target) => {
     await auditDone;
     expect(auditTrace).toBe(traceId);
     expect(ctxSeen!.idempotencyKey).toBe(`${id}:chain`);
+  });
+
+  test('an event stored without a trace id (a capture trigger\'s) keeps one trace across retries and handlers', async () => {
+    const bus = await testBus(target, events);
+    const seen: { handler: string; attempt: number; trace: string | null }[] = [];
+    bus.on('order.created', 'flaky', async (e, ctx) => {
+      seen.push({ handler: 'flaky', attempt: ctx.attempt, trace: currentTraceId() });
+      if (ctx.attempt === 1) await bus.transaction((tx) => bus.record(tx, 'audit.logged', { note: `first try of ${e.id}` }));
+      if (ctx.attempt < 3) throw new Error(`down (try ${ctx.attempt})`);
+    }, { backoff: quickBackoff });
+    bus.on('order.created', 'steady', () => {
+      seen.push({ handler: 'steady', attempt: 1, trace: currentTraceId() });
+    });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed', (j) => j.handler === 'flaky');
+    // As a capture trigger writes it: no trace_id column.
+    const [{ id }] = await target.query(
+      `insert into "${bus.schema}".events (id, type, payload) values ("${bus.schema}".uuid_v7(), 'order.created', '{"orderNo":"T"}') returning id::text as id`,
+    );
+    bus.wake();
+    await done;
+    const expected = String(id).replace(/-/g, '');
+    expect(seen.filter((s) => s.handler === 'flaky').map((s) => s.attempt)).toEqual([1, 2, 3]);
+    expect(seen.map((s) => s.trace)).toEqual(seen.map(() => expected));
+    const audits = (await bus.events.list({ type: 'audit.logged' })).items;
+    expect(audits.map((a) => a.traceId)).toEqual([expected]);
   });
 
   test('an event without a subscriber is fanned out with zero jobs', async () => {

@@ -60,17 +60,22 @@ describe('trace context for OpenTelemetry', () => {
 });
 
 describe('a job\'s trace scope', () => {
-  it('is its event\'s trace; for an event recorded outside any trace, one new trace id for the whole run', async () => {
+  it('is its event\'s trace; for an event stored without one, its id as the trace id, the same for every run', async () => {
     expect(new JobTraceScope(TRACE, 'e1', 'h', 1).traceId).toBe(TRACE);
-    const scope = new JobTraceScope(null, 'e2', 'h', 1);
+    const eventId = '0190a3c4-5b6d-7e8f-9a0b-1c2d3e4f5a6b';
+    const scope = new JobTraceScope(null, eventId, 'h', 1);
     const seenInside = await runInTrace(scope, async () => {
       const first = currentTraceId();
       await sleep(1);
       return [first, currentTraceId()];
     });
-    expect(seenInside[0]).toMatch(/^[0-9a-f]{32}$/);
-    expect(seenInside).toEqual([scope.traceId, scope.traceId]);
-    expect(new JobTraceScope(null, 'e3', 'h', 1).traceId).not.toBe(scope.traceId);
+    expect(seenInside).toEqual(['0190a3c45b6d7e8f9a0b1c2d3e4f5a6b', '0190a3c45b6d7e8f9a0b1c2d3e4f5a6b']);
+    // Another attempt, another handler: the same trace.
+    expect(new JobTraceScope(null, eventId, 'other', 2).traceId).toBe(scope.traceId);
+    // An id that is no UUID still gives a valid trace id, one per run.
+    const odd = new JobTraceScope(null, 'e3', 'h', 1).traceId;
+    expect(odd).toMatch(/^[0-9a-f]{32}$/);
+    expect(new JobTraceScope(null, 'e3', 'h', 1).traceId).not.toBe(odd);
   });
 });
 

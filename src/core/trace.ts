@@ -20,9 +20,11 @@ export function newTraceId(): string {
 }
 
 /**
- * A job's trace scope: its event's trace id, or, for an event recorded outside any trace, a new
- * one made when first asked for (by an event the handler records, a log line, OpenTelemetry),
- * and then the same for the whole run. Most jobs never ask.
+ * A job's trace scope: its event's trace id, or, for an event stored without one (a capture
+ * trigger's, a row inserted by hand), one derived from the event's id: the 32 hex digits of a
+ * UUID are a valid W3C trace id, and every attempt and every handler of that event then shares
+ * it, so their log lines and the events they record stay one trace across retries. Worked out
+ * when first asked for (an event the handler records, a log line, OpenTelemetry); most jobs never ask.
  */
 export class JobTraceScope implements TraceScope {
   #traceId: string | null;
@@ -31,8 +33,14 @@ export class JobTraceScope implements TraceScope {
   }
 
   get traceId(): string {
-    return (this.#traceId ??= newTraceId());
+    return (this.#traceId ??= traceIdOfEvent(this.eventId));
   }
+}
+
+/** The trace id of an event stored without one: its id's hex digits (a new one for an id that is no UUID). */
+export function traceIdOfEvent(eventId: string): string {
+  const hex = eventId.replace(/-/g, '').toLowerCase();
+  return TRACE_ID.test(hex) && hex !== '0'.repeat(32) ? hex : newTraceId();
 }
 
 /** The trace id in effect: a rea handler's event, else the active OpenTelemetry span, else none. */
