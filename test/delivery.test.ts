@@ -92,6 +92,26 @@ describeTargets('delivery on $name', (target) => {
     expect(job!.errors.map((e) => e.message)).toEqual(['a plain string', 'non-Error thrown: {"code":42}', 'undefined']);
   });
 
+  test('a thrown value that cannot be printed (no prototype, a BigInt; a non-string message) still fails the attempt at once', async () => {
+    const bus = await testBus(target, events);
+    const unprintable = Object.assign(Object.create(null), { amount: 10n }); // JSON.stringify and String() both throw
+    const odd = new Error('x');
+    (odd as unknown as { message: unknown }).message = 42;
+    const thrown: unknown[] = [unprintable, odd];
+    bus.on('order.created', 'odd-throws', (_e, ctx) => {
+      throw thrown[ctx.attempt - 1];
+    }, { maxAttempts: 2, backoff: quickBackoff, timeoutMs: 60_000 });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'U' }));
+    expect((await discarded).attempt).toBe(2);
+    const [job] = await bus.jobs.forEvent(id);
+    expect(job!.errors.map((e) => [e.attempt, e.name, e.message])).toEqual([
+      [1, 'object', 'non-Error thrown: a value that cannot be printed'],
+      [2, 'Error', '42'],
+    ]);
+  });
+
   test('a hanging handler is aborted at its timeout through ctx.signal', async () => {
     const bus = await testBus(target, events);
     let signal: AbortSignal | undefined;

@@ -5,30 +5,49 @@ const MAX_STACK = 4000;
 const MAX_NAME = 200;
 
 export function errorMessage(err: unknown): string {
-  if (err instanceof Error) return truncate(err.message || err.name, MAX_MESSAGE);
-  if (typeof err === 'string') return truncate(err, MAX_MESSAGE);
+  // Whatever was thrown, describing it must not throw in turn: the failure would go unrecorded
+  // and the job would sit 'running' until its lease expired.
   try {
-    const json = JSON.stringify(err);
-    return truncate(json === undefined ? String(err) : `non-Error thrown: ${json}`, MAX_MESSAGE);
+    if (err instanceof Error) return truncate(printable(err.message) || printable(err.name) || 'Error', MAX_MESSAGE);
+    if (typeof err === 'string') return truncate(err, MAX_MESSAGE);
+    let json: string | undefined;
+    try {
+      json = JSON.stringify(err);
+    } catch {
+      // A cycle, a BigInt: as String() prints it, if it can.
+      return truncate(`non-Error thrown: ${printable(err) || 'a value that cannot be printed'}`, MAX_MESSAGE);
+    }
+    return truncate(json === undefined ? printable(err) || typeof err : `non-Error thrown: ${json}`, MAX_MESSAGE);
   } catch {
-    return truncate(`non-Error thrown: ${String(err)}`, MAX_MESSAGE);
+    return 'non-Error thrown: a value that cannot be printed';
+  }
+}
+
+/** String(value), or '' when that throws (a null-prototype object, a throwing toString). */
+function printable(value: unknown): string {
+  try {
+    return typeof value === 'string' ? value : value === undefined ? '' : String(value);
+  } catch {
+    return '';
   }
 }
 
 /** `TypeError: x is undefined` for one line of output; a plain Error's message alone. */
 export function namedMessage(err: unknown): string {
   const message = errorMessage(err);
-  const name = err instanceof Error ? err.name : '';
+  const name = err instanceof Error ? printable(err.name) : '';
   return name && name !== 'Error' && !message.startsWith(name) ? `${name}: ${message}` : message;
 }
 
 export function errorName(err: unknown): string {
-  if (err instanceof Error) return truncate(String(err.name), MAX_NAME);
+  if (err instanceof Error) return truncate(printable(err.name) || 'Error', MAX_NAME);
   return typeof err;
 }
 
 export function errorStack(err: unknown): string | undefined {
-  return err instanceof Error && err.stack ? truncate(err.stack, MAX_STACK) : undefined;
+  if (!(err instanceof Error)) return undefined;
+  const stack = printable(err.stack);
+  return stack ? truncate(stack, MAX_STACK) : undefined;
 }
 
 /**
