@@ -38,6 +38,18 @@ describe('retention windows (pure)', () => {
     expect(backoffUpperBound(() => 100, 1)).toBe(200);
   });
 
+  it('a backoff bound is whole ms, as the worker waits it: cut at a year, the default schedule where the function fails', () => {
+    const YEAR = 365 * DAY;
+    expect(backoffUpperBound((n) => 1000 * Math.E ** n, 1)).toBe(Math.ceil(2 * 1000 * Math.E));
+    expect(backoffUpperBound((n) => 1000 * 10 ** n, 30)).toBe(YEAR);
+    expect(backoffUpperBound(exponentialBackoff({ baseMs: 1000, factor: 1.5, jitterMs: 0, maxMs: 10 * YEAR }), 100)).toBe(YEAR);
+    expect(backoffUpperBound(exponentialBackoff({ baseMs: 1000, factor: 1.5, jitterMs: 0 }), 4)).toBe(3375);
+    const defaultBound = backoffUpperBound(exponentialBackoff(), 2);
+    expect(backoffUpperBound(() => { throw new Error('bug'); }, 2)).toBe(defaultBound);
+    expect(backoffUpperBound(() => NaN, 2)).toBe(defaultBound);
+    expect(backoffUpperBound((() => undefined) as unknown as () => number, 2)).toBe(defaultBound);
+  });
+
   it('durations: ms or 90s / 15m / 24h / 7d, -1 for keep; anything else names the field', () => {
     expect(parseDuration('90s', 'f')).toBe(90_000);
     expect(parseDuration('24h', 'f')).toBe(DAY);
@@ -253,6 +265,23 @@ describeTargets('retention on $name', (target) => {
     clock.advance(120_000);
     expect((await bus.retention.run()).rules.find((r) => r.rule === 'consumes')!.removed).toBe(3);
     expect((await target.query(`select count(*)::int as n from "${s}".consumes`))[0].n).toBe(0);
+  });
+
+  test('consume records are trimmed whatever a handler\'s backoff gives: fractions, years, a throw', async () => {
+    const clock = new ManualClock();
+    const bus = await testBus(target, events, { clock, ...quiet });
+    const s = bus.schema;
+    bus.on('note.saved', 'fraction', () => {}, { maxAttempts: 3, transactional: true, backoff: (n) => 1000 * Math.E ** n });
+    bus.on('note.saved', 'steep', () => {}, { maxAttempts: 3, transactional: true, backoff: (n) => 1000 * 10 ** (n * 10) });
+    bus.on('note.saved', 'buggy', () => {}, { maxAttempts: 3, transactional: true, backoff: () => { throw new Error('bug'); } });
+    const [id] = await record(bus, 1);
+    await target.query(`insert into "${s}".consumes (event_id, handler) values ($1, 'fraction')`, [id]);
+    // steep: 3 leases of (30 s + 5 s) + 2 backoffs cut at a year each (as the worker waits them).
+    const windowMs = 2 * (3 * 35_000 + 2 * 365 * DAY) + 7 * DAY;
+    const first = (await bus.retention.run()).rules.find((r) => r.rule === 'consumes');
+    expect(first).toMatchObject({ olderThanMs: windowMs, removed: 0 });
+    clock.advance(windowMs + 1000);
+    expect((await bus.retention.run()).rules.find((r) => r.rule === 'consumes')!.removed).toBe(1);
   });
 
   test('retention.register trims an application table by its time column; names and types are checked', async () => {

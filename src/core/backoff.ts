@@ -22,16 +22,31 @@ export function exponentialBackoff(options: { baseMs?: number; factor?: number; 
 // delay a backoff can produce; the schedules built here know theirs exactly.
 const upperBounds = new WeakMap<Backoff, Backoff>();
 
+/** The longest wait before a retry; the worker cuts a longer backoff or retryAfter() to it. */
+export const MAX_RETRY_DELAY_MS = 365 * 24 * 3600_000;
+
 /**
- * The longest delay `backoff` can return after `attempt`. Exact for exponentialBackoff(); for
- * any other function, the largest of several calls, doubled to cover jitter the calls missed.
+ * The longest delay `backoff` can return after `attempt`, in whole ms, as the worker would wait
+ * it: at most MAX_RETRY_DELAY_MS, and the default schedule's bound where the function throws or
+ * gives no number ≥ 0 (the worker then uses the default). Exact for exponentialBackoff(); for any
+ * other function, the largest of several calls, doubled to cover jitter the calls missed.
  */
 export function backoffUpperBound(backoff: Backoff, attempt: number): number {
-  const known = upperBounds.get(backoff);
-  if (known) return known(attempt);
+  const known = upperBounds.get(backoff)?.(attempt);
+  if (known !== undefined && known >= 0) return Math.ceil(Math.min(known, MAX_RETRY_DELAY_MS));
   let most = 0;
-  for (let i = 0; i < 16; i++) most = Math.max(most, Number(backoff(attempt)) || 0);
-  return most * 2;
+  for (let i = 0; i < 16; i++) {
+    let delay: unknown;
+    try {
+      delay = backoff(attempt);
+    } catch {
+      delay = undefined;
+    }
+    const usable = typeof delay === 'number' && delay >= 0;
+    if (!usable) return Math.max(most * 2, backoffUpperBound(defaultHandlerBackoff, attempt));
+    most = Math.max(most, Math.min(delay as number, MAX_RETRY_DELAY_MS));
+  }
+  return Math.ceil(Math.min(most * 2, MAX_RETRY_DELAY_MS));
 }
 
 export const defaultHandlerBackoff: Backoff = exponentialBackoff();

@@ -3,7 +3,7 @@
 // per batch, not per job).
 import type { Clock } from '../core/clock.js';
 import { appNow } from '../core/clock.js';
-import { defaultHandlerBackoff } from '../core/backoff.js';
+import { defaultHandlerBackoff, MAX_RETRY_DELAY_MS } from '../core/backoff.js';
 import { Batcher } from '../core/batcher.js';
 import { errorMessage, errorName, errorStack } from '../core/errors-format.js';
 import { isPermanent, isRetryAfter } from '../core/errors.js';
@@ -27,8 +27,6 @@ export interface WorkerOptions {
   leaseMarginMs: number;
 }
 
-/** The longest wait before a retry; a longer backoff or retryAfter() is cut to it. */
-export const MAX_RETRY_DELAY_MS = 365 * 24 * 3600_000;
 
 /** How much work the prefetch buffer aims to hold, in ms at the observed completion rate. */
 const PREFETCH_HORIZON_MS = 200;
