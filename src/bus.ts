@@ -187,6 +187,13 @@ export interface Bus<S extends EventSchemas> {
   };
   /** The handler registered under `name` (for rea/testing). */
   handler(name: string): RegisteredHandler | undefined;
+  /**
+   * For rea/testing: a payload of `type` as handlers receive it, checked as record() checks it
+   * (schema, JSON, size) and read back as stored; throws what record() would.
+   */
+  deliveredPayload(type: string, payload: unknown): Promise<unknown>;
+  /** The logger handlers' ctx.log lines go to (for rea/testing). */
+  readonly logger: Logger;
   /** One relay round now (for tests and the CLI); resolves with what it did. */
   relayOnce(): Promise<'full' | 'some' | 'none'>;
   readonly isLeader: boolean;
@@ -615,6 +622,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     handler: (name) => handlers.get(name),
+    deliveredPayload: async (type, payload) => JSON.parse((await prepare(type, payload, undefined)).payloadJson),
+    logger: log,
 
     relayOnce: () => relay.round(),
 

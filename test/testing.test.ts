@@ -1,7 +1,7 @@
 // rea/testing: assertions on what a transaction recorded, and running one handler directly.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents } from '../src/index.js';
+import { defineEvents, PayloadValidationError } from '../src/index.js';
 import { expectRecorded, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
 import { describeTargets, testBus } from './helpers/db.js';
@@ -9,6 +9,7 @@ import { describeTargets, testBus } from './helpers/db.js';
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string(), total: z.number() }),
   'order.paid': z.object({ orderNo: z.string() }),
+  'order.shipped': z.object({ orderNo: z.string().transform((s) => s.toUpperCase()), carrier: z.string().default('post') }),
 });
 
 describeTargets('rea/testing on $name', (target) => {
@@ -35,6 +36,45 @@ describeTargets('rea/testing on $name', (target) => {
     await runHandlerNow(bus, 'h', { id: 'e1', type: 'order.created', payload: { orderNo: 'X', total: 1 } }, { attempt: 2 });
     expect(seen).toEqual(['X:2:e1:h']);
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: {} })).rejects.toThrow(/no handler named 'nope'/);
+  });
+
+  it.skipIf(!target.available)('runHandlerNow runs a handler as a worker would: trace, payload as stored, subscription, timeout', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = {
+      debug() {}, info() {}, warn() {}, error() {},
+      child(bindings: Record<string, unknown>) {
+        return { ...logger, info: (obj: object, msg?: string) => lines.push({ ...bindings, ...obj, msg }) };
+      },
+    };
+    const bus = await testBus(target, events, { logger });
+    const received: unknown[] = [];
+    bus.on('order.shipped', 'notify', async (e, ctx) => {
+      received.push(e.payload);
+      ctx.log.info({ step: 'sent' }, 'notified');
+      await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: e.payload.orderNo }));
+    });
+    const trace = 'cd'.repeat(16);
+    await runHandlerNow(bus, 'notify', { id: 'e1', type: 'order.shipped', payload: { orderNo: 'a1' }, traceId: trace });
+    // The schema's transform and default, as record() stores the payload and the worker reads it.
+    expect(received).toEqual([{ orderNo: 'A1', carrier: 'post' }]);
+    // Events it records inherit the event's trace, as in production; ctx.log goes to the bus's logger with it.
+    const recorded = (await bus.events.list({ type: 'order.paid' })).items;
+    expect(recorded.map((r) => r.traceId)).toEqual([trace]);
+    expect(lines).toEqual([expect.objectContaining({ trace_id: trace, event_id: 'e1', handler: 'notify', attempt: 1, step: 'sent', msg: 'notified' })]);
+
+    // What record() refuses, or what the relay never routes to it, no worker would ever run.
+    await expect(runHandlerNow(bus, 'notify', { type: 'order.shipped', payload: { orderNo: 5 } })).rejects.toThrow(PayloadValidationError);
+    await expect(runHandlerNow(bus, 'notify', { type: 'order.paid', payload: { orderNo: 'X' } })).rejects.toThrow(/does not subscribe to 'order.paid'/);
+
+    // A handler that never settles is aborted at its timeout, through ctx.signal.
+    let signal: AbortSignal | undefined;
+    bus.on('order.paid', 'hangs', (_e, ctx) => {
+      signal = ctx.signal;
+      return new Promise(() => {});
+    }, { timeoutMs: 50 });
+    const err = await runHandlerNow(bus, 'hangs', { type: 'order.paid', payload: { orderNo: 'H' } }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ name: 'HandlerTimeoutError' });
+    expect(signal!.aborted).toBe(true);
   });
 });
 

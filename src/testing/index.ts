@@ -2,10 +2,14 @@
 // run one handler directly, without the relay or a worker.
 import type { Bus } from '../bus.js';
 import type { EventSchemas, EventType, PayloadOutput } from '../core/events.js';
-import { defaultLogger } from '../core/logger.js';
+import { patternMatches } from '../core/events.js';
+import { LazyLogger } from '../core/logger.js';
+import { JobTraceScope, runInTrace } from '../core/trace.js';
 import type { EventRow } from '../driver/types.js';
 import { isReaTransaction } from '../tx/rea.js';
+import { JobAbort } from '../worker/abort.js';
 import type { HandlerContext } from '../worker/registry.js';
+import { HandlerTimeoutError } from '../worker/worker.js';
 
 /** The events recorded so far in `tx` (still uncommitted), oldest first. */
 export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]> {
@@ -29,8 +33,13 @@ export async function expectRecorded<S extends EventSchemas, T extends EventType
 }
 
 /**
- * Run the handler registered as `name` on `event` now, in-process. With `transactional`, pass a
- * transaction as `tx` (bus.transaction gives one). Throws what the handler throws.
+ * Run the handler registered as `name` on `event` now, in-process, as a worker would: the event
+ * must be of a type it subscribes to, its payload is checked and stored as record() would (a
+ * schema's defaults and transforms applied, read back from JSON), it runs inside the event's
+ * trace (so events it records inherit the trace id; ctx.log carries it, to the bus's logger),
+ * and ctx.signal aborts at the handler's timeoutMs, when the run fails with HandlerTimeoutError.
+ * With `transactional`, pass a transaction as `tx` (bus.transaction gives one). Throws what the
+ * handler throws.
  */
 export async function runHandlerNow(
   bus: Bus<any>,
@@ -43,18 +52,41 @@ export async function runHandlerNow(
   if (handler.transactional && !isReaTransaction(options.tx)) {
     throw new Error(`handler '${name}' is transactional: pass { tx } from bus.transaction()`);
   }
+  if (!handler.patterns.some((p) => patternMatches(p, event.type))) {
+    throw new Error(`handler '${name}' does not subscribe to '${event.type}' (its patterns: ${handler.patterns.join(', ')}): no worker would run it on this event`);
+  }
+  const payload = await bus.deliveredPayload(event.type, event.payload);
   const id = event.id ?? '00000000-0000-7000-8000-000000000000';
+  const attempt = options.attempt ?? 1;
+  const scope = new JobTraceScope(event.traceId ?? null, id, name, attempt);
+  const log = new LazyLogger(bus.logger, () => ({ trace_id: scope.traceId, event_id: id, handler: name, attempt, job_id: 'test' }));
+  const abort = new JobAbort();
+  const timer = setTimeout(() => abort.abort(new HandlerTimeoutError(handler.timeoutMs)), handler.timeoutMs);
+  const given = options.signal;
+  const onGivenAbort = () => abort.abort(given!.reason);
+  if (given?.aborted) onGivenAbort();
+  else given?.addEventListener('abort', onGivenAbort, { once: true });
   const ctx: HandlerContext = {
-    signal: options.signal ?? new AbortController().signal,
-    attempt: options.attempt ?? 1,
+    get signal() {
+      return abort.signal;
+    },
+    attempt,
     maxAttempts: handler.maxAttempts,
     idempotencyKey: `${id}:${name}`,
     jobId: 'test',
     coalesced: 1,
-    log: defaultLogger(),
+    get log() {
+      return log.real;
+    },
     tx: options.tx as HandlerContext['tx'],
   };
-  await handler.fn({ id, subject: null, traceId: null, createdBy: null, version: 1, createdAt: new Date(), ...event }, ctx);
+  const full = { id, subject: null, traceId: null, createdBy: null, version: 1, createdAt: new Date(), ...event, payload };
+  try {
+    await runInTrace(scope, () => abort.race((async () => handler.fn(full, ctx))()));
+  } finally {
+    clearTimeout(timer);
+    given?.removeEventListener('abort', onGivenAbort);
+  }
 }
 
 function containsPartial(actual: unknown, expected: unknown): boolean {
