@@ -36,6 +36,7 @@ import { Relay } from './relay/relay.js';
 import { deferInto, isReaTransaction, makeTransaction, noteRecorded, type Transaction, type TransactionState } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
 import { Worker } from './worker/worker.js';
+import { replayToHandler, type HandlerReplay } from './worker/replay.js';
 import { HandlerChannel } from './channels/handler/channel.js';
 import { WebhookChannel, WEBHOOK_RUN_GRACE_MS, type WebhookOptions, type WebhookSettings } from './channels/webhook/channel.js';
 import { compileAllowlist } from './channels/webhook/address.js';
@@ -145,6 +146,12 @@ export interface Bus<S extends EventSchemas> {
     list(filter?: EventListFilter): Promise<Page<EventSummary>>;
     /** Send a stored event to one webhook endpoint again, as a new delivery (new webhook-id). */
     replay(eventId: string, options: { endpointId: string }): Promise<NewDelivery>;
+    /**
+     * Send a stored, fanned-out event to one in-process handler again, as a new job (a handler
+     * added since, or one whose effect must be made again); the handler's consume record for it
+     * is deleted, so a transactional handler runs again. Refused while a job of it for the event waits or runs.
+     */
+    replay(eventId: string, options: { handler: string }): Promise<HandlerReplay>;
     /** Every webhook attempt made for the event, newest first. */
     attempts(eventId: string, options?: { limit?: number; before?: string }): Promise<WebhookAttempt[]>;
   };
@@ -551,7 +558,16 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         const p = eventListParams(filter);
         return pageOf(await driver.admin.eventList({ ...p, limit: p.limit + 1 }), p.limit);
       },
-      replay: (eventId, replayOptions) => webhookApi.replay(eventId, replayOptions),
+      replay: (async (eventId: string, replayOptions: { endpointId: string } | { handler: string }) => {
+        if (!replayOptions || typeof replayOptions !== 'object' || ('handler' in replayOptions) === ('endpointId' in replayOptions)) {
+          throw new OptionsError('events.replay(options)', 'pass { endpointId } (a webhook endpoint) or { handler } (an in-process handler), one of the two');
+        }
+        if ('endpointId' in replayOptions) return webhookApi.replay(eventId, replayOptions);
+        const made = await replayToHandler(driver, eventId, replayOptions.handler, clock.now());
+        if (state === 'started' && workerOptions.enabled !== false) worker.wake();
+        if (driver.capabilities.listenNotify) notifier('j'); // workers of other processes
+        return made;
+      }) as Bus<S>['events']['replay'],
       attempts: (eventId, attemptOptions) => webhookApi.attemptsForEvent(eventId, attemptOptions),
     },
 

@@ -288,7 +288,11 @@ describeTargets('admin API on $name', (target) => {
       // The bus's own check named its call (endpoints.create.eventTypes[1]), not the parameter.
       ['POST', '/api/endpoints', 'eventTypes', { url: 'https://hooks.example.com/in', eventTypes: ['order.*', 'a b'] }],
       ['GET', '/api/endpoints?state=sleepy', 'state'],
-      ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'endpointId', {}],
+      // Neither, or both: where to send it is the body's to say.
+      ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'body', {}],
+      ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'body', { handler: 'ledger', endpointId: '00000000-0000-7000-8000-000000000000' }],
+      ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'endpointId', { endpointId: 'x' }],
+      ['POST', '/api/events/00000000-0000-7000-8000-000000000000/replay', 'handler', { handler: '' }],
     ];
     for (const [method, path, parameter, body] of cases) {
       const r = await call(s.url, method, path, { headers: bearer(), body: body ?? (method === 'POST' ? {} : undefined) });

@@ -70,6 +70,29 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     expect(again.code).toBe(1);
   });
 
+  it('events replay --handler runs a handler on a stored event again, as a new job; a refusal fails the command', async () => {
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    bus.on('note.saved', 'indexer', () => {});
+    await bus.start(); // stores the handler; nothing runs (quiet)
+    const id = await bus.transaction((tx) => bus.record(tx, 'note.saved', { n: 1 }));
+    await bus.relayOnce();
+    await target.query(`update "${s}".jobs set state = 'completed', finalized_at = now() where event_id = $1`, [id]);
+
+    const r = await rea('events', 'replay', id!, '--handler', 'indexer', '--database-url', PG_URL, '--schema', s);
+    expect(r.code).toBe(0);
+    const jobId = /^replayed event ([0-9a-f-]{36}) to handler indexer: job (\d+)$/.exec(r.out);
+    expect(jobId?.[1]).toBe(id);
+    expect((await bus.jobs.forEvent(id!)).map((j) => [j.id, j.state])).toContainEqual([jobId![2], 'available']);
+    // That job still waits: a second replay is refused, and nothing more is made.
+    const again = await rea('events', 'replay', id!, '--handler', 'indexer', '--database-url', PG_URL, '--schema', s, '--json');
+    expect(again.code).not.toBe(0);
+    expect(await bus.jobs.forEvent(id!)).toHaveLength(2);
+    // Where to send it, one of the two.
+    const neither = await rea('events', 'replay', id!, '--database-url', PG_URL, '--schema', s);
+    expect(neither.code).not.toBe(0);
+  });
+
   it('retention run --dry-run says what it would remove and removes nothing; run removes it', async () => {
     const bus = await testBus(target, events, quiet);
     const s = bus.schema;

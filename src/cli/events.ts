@@ -6,6 +6,7 @@ import { withAdminBus } from './admin-bus.js';
 import { UsageError } from './usage-error.js';
 import { EXIT_FAILED } from './exit-codes.js';
 import { eventsListCommand } from './lists.js';
+import type { HandlerReplay, NewDelivery } from '../index.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -30,7 +31,23 @@ export function eventsCommand(): Command {
       // A script that names events learns from the status whether each was requeued.
       if (outcome.unchanged.length > 0) process.exitCode = EXIT_FAILED;
     });
-  return new Command('events').description('list and repair events').addCommand(eventsListCommand()).addCommand(requeue);
+  const replay = addConnectionFlags(new Command('replay').description('send a stored event again to one in-process handler (a new job) or one webhook endpoint (a new delivery)'))
+    .argument('<id>', 'event id')
+    .option('--handler <name>', 'the handler to run on it (one a bus registered that subscribes to its type)')
+    .option('--endpoint <id>', 'the webhook endpoint to deliver it to')
+    .option('--json', 'print what was made as JSON')
+    .action(async (id: string, flags: ConnectionFlags & { handler?: string; endpoint?: string; json?: boolean }) => {
+      if ((flags.handler === undefined) === (flags.endpoint === undefined)) throw new UsageError('events replay', 'give --handler <name> or --endpoint <id> (one of the two)');
+      if (!UUID.test(id)) throw new UsageError('events replay', `${id} is not an event id (a UUID)`);
+      if (flags.endpoint !== undefined && !UUID.test(flags.endpoint)) throw new UsageError('--endpoint', `${flags.endpoint} is not an endpoint id (a UUID)`);
+      const made = await withAdminBus(flags, async (bus): Promise<HandlerReplay | NewDelivery> => (flags.handler !== undefined
+        ? bus.events.replay(id, { handler: flags.handler })
+        : bus.events.replay(id, { endpointId: flags.endpoint! })));
+      console.log(flags.json ? JSON.stringify(made) : 'jobId' in made
+        ? `replayed event ${made.eventId} to handler ${made.handler}: job ${made.jobId}`
+        : `replayed event ${made.eventId} to endpoint ${made.endpointId}: delivery ${made.deliveryId} (webhook-id ${made.webhookId})`);
+    });
+  return new Command('events').description('list and repair events').addCommand(eventsListCommand()).addCommand(requeue).addCommand(replay);
 }
 
 export function formatRequeue(o: RequeueOutcome): string {

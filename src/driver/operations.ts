@@ -54,6 +54,10 @@ export interface HandlerScheduleRow {
   leaseMs: number;
 }
 
+export type ReplayToHandlerResult =
+  | { found: false }
+  | { found: true; type: string; fanned: boolean; poisoned: boolean; patterns: string[] | null; subscribes: boolean; waitingJobId: string | null; jobId: string | null };
+
 export interface OperationsExecutor {
   /** Delete (or, for archived events, move) at most `limit` rows older than the window; returns how many. */
   retentionDelete(params: { target: RetentionTarget; limit: number; now: Date | null }): Promise<number>;
@@ -76,6 +80,13 @@ export interface OperationsExecutor {
 
   /** Reschedule final, unsuccessful jobs now with a fresh allowance of attempts; returns the ids changed. */
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]>;
+  /**
+   * A new job of handler `handler` for a stored event (events.replay), unless one of it still
+   * waits or runs for that event; its consume record is deleted. What was found, for the caller's
+   * error: no event, an event not yet fanned out (or poisoned), a handler unknown (patterns null)
+   * or not subscribed to the event's type, or the job already waiting.
+   */
+  eventReplayToHandler(params: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult>;
   /** Cancel waiting jobs (available, retryable); returns the ids changed. */
   jobCancel(params: { ids: string[]; now: Date | null }): Promise<string[]>;
   /** Whether the server's autovacuum daemon is on (it is a server setting; rea cannot change it). */

@@ -11,11 +11,15 @@ export default defineRoute({
     const { event: e, jobs, attempts } = await loadEvent(ctx.bus, ctx.params.id);
     const state = e.poisonedAt ? 'poisoned' : e.fannedOutAt ? 'fanned' : 'unfanned';
     const here = `/events/${e.id}`;
+    // A handler the event was delivered to runs on it again as a new job (events.replay with a handler).
+    const runAgain = (handler: string) => actionButton(p, `/api/events/${e.id}/replay`, 'Run again', {
+      fields: { handler }, returnTo: here, confirm: `Run handler ${handler} on this event again?`,
+    });
     const jobRows = jobs.map((j) => [
       html`<code>${j.id}</code>`, j.kind, html`<code>${j.target}</code>`, badge(j.state), `${j.attempt}/${j.maxAttempts}`,
       time(j.finalizedAt ?? j.attemptedAt ?? j.scheduledAt),
       j.errors.length ? html`<code class="preview" title="${j.errors.at(-1)!.message}">${j.errors.at(-1)!.message}</code>` : '',
-      jobActions(p, j.id, j.state, here),
+      html`${jobActions(p, j.id, j.state, here)}${j.kind === 'handler' && j.state === 'completed' ? runAgain(j.target) : ''}`,
     ]);
     const attemptRows = attempts.map((a) => [
       time(a.at), html`<a href="${p.base}/endpoints/${a.endpointId}"><code>${a.endpointId.slice(0, 8)}</code></a>`, a.attempt, badge(a.outcome),
@@ -30,7 +34,7 @@ export default defineRoute({
 <dt>Trace id</dt><dd><a href="${p.base}/events?traceId=${encodeURIComponent(e.traceId ?? '')}"><code>${e.traceId ?? ''}</code></a></dd>
 <dt>Recorded</dt><dd>${time(e.createdAt)} ${e.createdBy ? html`by ${e.createdBy}` : ''}</dd>
 <dt>Fanned out</dt><dd>${time(e.fannedOutAt)}</dd>
-${e.deliveredInline.length ? html`<dt>Delivered inline</dt><dd>${e.deliveredInline.map((h, i) => html`${i ? ', ' : ''}<code>${h}</code>`)} <span class="muted">(run in the relay's round at the first attempt; no job row)</span></dd>` : ''}
+${e.deliveredInline.length ? html`<dt>Delivered inline</dt><dd>${e.deliveredInline.map((h, i) => html`${i ? ', ' : ''}<code>${h}</code> ${runAgain(h)}`)} <span class="muted">(run in the relay's round at the first attempt; no job row)</span></dd>` : ''}
 <dt>Version</dt><dd>${e.version}</dd>
 </dl>
 ${e.lastError ? html`<h2>Last fan-out error</h2><pre class="err">${e.lastError}</pre>` : ''}

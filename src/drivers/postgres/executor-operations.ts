@@ -1,7 +1,7 @@
 // The OperationsExecutor for PostgreSQL dialects (pg and PGlite share it): retention deletes,
 // the overview's capped counts, estimates and table sizes, and job repair.
 import type {
-  AppTableName, CountFigure, HandlerScheduleRow, OperationsExecutor, OverviewFacts, RetentionTarget,
+  AppTableName, CountFigure, HandlerScheduleRow, OperationsExecutor, OverviewFacts, ReplayToHandlerResult, RetentionTarget,
 } from '../../driver/operations.js';
 import { JOB_STATES, type JobState, type Queryable } from '../../driver/types.js';
 import { postgresOperationsStatements, type PostgresOperationsStatements } from './sql-operations.js';
@@ -139,6 +139,18 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     }
     const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null]);
     return rows.map((r) => r.id as string).sort(byNumber);
+  }
+
+  async eventReplayToHandler(p: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult> {
+    return this.transaction(async (q) => {
+      const locked = (await q.query<Row>(this.sql.eventReplayLock, [p.eventId])).rows[0];
+      if (!locked) return { found: false };
+      const event = { found: true as const, type: locked.type as string, fanned: locked.fanned === true, poisoned: locked.poisoned === true };
+      // Not yet fanned out (or poisoned): the relay delivers it to its handlers; a job made now would run it twice.
+      if (!event.fanned || event.poisoned) return { ...event, patterns: null, subscribes: false, waitingJobId: null, jobId: null };
+      const r = (await q.query<Row>(this.sql.eventReplayToHandler, [p.eventId, p.handler, event.type, p.now])).rows[0]!;
+      return { ...event, patterns: (r.patterns as string[] | null) ?? null, subscribes: r.subscribes === true, waitingJobId: r.waiting_job_id ?? null, jobId: r.job_id ?? null };
+    });
   }
 
   async handlerKnown(p: { name: string }): Promise<boolean> {

@@ -223,6 +223,40 @@ order by c.relname`,
 select exists (select 1 from ${s}.handlers where name = $1)
     or exists (select 1 from ${s}.jobs where kind = 'handler' and target = $1) as known`,
 
+    // An event sent again to one handler (events.replay with a handler), in two statements of one
+    // transaction: the first locks the event against another replay of it (and against retention,
+    // which then waits or has deleted it); the second, with a snapshot taken after that lock, sees
+    // a job a concurrent replay committed meanwhile. $1 the event id.
+    eventReplayLock: /* sql */ `
+select type, fanned_out_at is not null as fanned, poisoned_at is not null as poisoned
+from ${s}.events where id = $1::uuid
+for no key update`,
+
+    // $1 the event id, $2 the handler, $3 the event's type, $4 now. A new job unless one of that
+    // handler for the event still waits or runs; the handler's consume record goes, so a
+    // transactional handler runs again instead of skipping an event it already consumed.
+    // Routing as the relay's: the handler's LIKE patterns, from its row.
+    eventReplayToHandler: /* sql */ `
+with h as (
+  select name, max_attempts, lease_ms, priority from ${s}.handlers where name = $2 and $3::text like any (like_patterns)
+), waiting as (
+  select id from ${s}.jobs
+  where event_id = $1::uuid and kind = 'handler' and target = $2 and state in ('available', 'retryable', 'running')
+  order by id limit 1
+), forgot as (
+  delete from ${s}.consumes c
+  where c.event_id = $1::uuid and c.handler = $2 and exists (select 1 from h) and not exists (select 1 from waiting)
+  returning 1
+), inserted as (
+  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
+  select $1::uuid, 'handler', name, max_attempts, lease_ms, priority, 1, coalesce($4::timestamptz, now())
+  from h where not exists (select 1 from waiting)
+  returning id
+)
+select (select id::text from inserted) as job_id, (select id::text from waiting) as waiting_job_id,
+       exists (select 1 from h) as subscribes, (select patterns from ${s}.handlers where name = $2) as patterns,
+       (select count(*) from forgot)::int as forgot`,
+
     jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),
     jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or (j.kind = 'handler' and j.target = $3))`),
 
