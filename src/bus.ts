@@ -36,7 +36,7 @@ import { Relay } from './relay/relay.js';
 import { deferInto, isReaTransaction, makeTransaction, noteRecorded, type Transaction, type TransactionState } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
 import { Worker } from './worker/worker.js';
-import { replayToHandler, type HandlerReplay } from './worker/replay.js';
+import { replayEventsToHandler, replayToHandler, type EventReplayFilter, type HandlerBulkReplay, type HandlerReplay } from './worker/replay.js';
 import { HandlerChannel } from './channels/handler/channel.js';
 import { WebhookChannel, WEBHOOK_RUN_GRACE_MS, type WebhookOptions, type WebhookSettings } from './channels/webhook/channel.js';
 import { compileAllowlist } from './channels/webhook/address.js';
@@ -152,6 +152,12 @@ export interface Bus<S extends EventSchemas> {
      * is deleted, so a transactional handler runs again. Refused while a job of it for the event waits or runs.
      */
     replay(eventId: string, options: { handler: string }): Promise<HandlerReplay>;
+    /**
+     * Every stored, fanned-out event that matches `filter` and the handler's patterns to one
+     * handler, as new jobs, oldest first, in batches of 500 (each its own transaction): history
+     * for a handler added since. Events with a job of it still waiting or running are skipped.
+     */
+    replay(filter: EventReplayFilter, options: { handler: string }): Promise<HandlerBulkReplay>;
     /** Every webhook attempt made for the event, newest first. */
     attempts(eventId: string, options?: { limit?: number; before?: string }): Promise<WebhookAttempt[]>;
   };
@@ -558,14 +564,21 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         const p = eventListParams(filter);
         return pageOf(await driver.admin.eventList({ ...p, limit: p.limit + 1 }), p.limit);
       },
-      replay: (async (eventId: string, replayOptions: { endpointId: string } | { handler: string }) => {
+      replay: (async (target: string | EventReplayFilter, replayOptions: { endpointId: string } | { handler: string }) => {
         if (!replayOptions || typeof replayOptions !== 'object' || ('handler' in replayOptions) === ('endpointId' in replayOptions)) {
           throw new OptionsError('events.replay(options)', 'pass { endpointId } (a webhook endpoint) or { handler } (an in-process handler), one of the two');
         }
-        if ('endpointId' in replayOptions) return webhookApi.replay(eventId, replayOptions);
-        const made = await replayToHandler(driver, eventId, replayOptions.handler, clock.now());
-        if (state === 'started' && workerOptions.enabled !== false) worker.wake();
-        if (driver.capabilities.listenNotify) notifier('j'); // workers of other processes
+        const jobsMade = () => {
+          if (state === 'started' && workerOptions.enabled !== false) worker.wake();
+          if (driver.capabilities.listenNotify) notifier('j'); // workers of other processes
+        };
+        if (typeof target !== 'string') {
+          if (!('handler' in replayOptions)) throw new OptionsError('events.replay(options)', 'a replay of many events takes { handler }; send them to an endpoint one by one');
+          return replayEventsToHandler(driver, target, replayOptions.handler, () => clock.now(), jobsMade);
+        }
+        if ('endpointId' in replayOptions) return webhookApi.replay(target, replayOptions);
+        const made = await replayToHandler(driver, target, replayOptions.handler, clock.now());
+        jobsMade();
         return made;
       }) as Bus<S>['events']['replay'],
       attempts: (eventId, attemptOptions) => webhookApi.attemptsForEvent(eventId, attemptOptions),

@@ -33,5 +33,5 @@ export { WebhookSecretError, WebhookUrlRefusedError } from './channels/webhook/e
 export { verifyPayload } from './channels/webhook/signature.js';
 export type { WebhookEnvelope, WebhookOptions } from './channels/webhook/channel.js';
 export type { Endpoint, EndpointChanges, EndpointInput, EndpointWithSecret, NewDelivery, WebhookAttempt } from './channels/webhook/endpoints.js';
-export type { HandlerReplay } from './worker/replay.js';
+export type { EventReplayFilter, HandlerBulkReplay, HandlerReplay } from './worker/replay.js';
 export type { EndpointState } from './driver/webhooks.js';

@@ -91,6 +91,20 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     // Where to send it, one of the two.
     const neither = await rea('events', 'replay', id!, '--database-url', PG_URL, '--schema', s);
     expect(neither.code).not.toBe(0);
+
+    // Without an id: every fanned event the filters and the handler take.
+    const more = await bus.transaction((tx) => bus.recordMany(tx, [1, 2, 3].map((n) => ({ type: 'note.saved' as const, payload: { n }, subject: n === 2 ? 'two' : null }))));
+    await bus.relayOnce();
+    await target.query(`update "${s}".jobs set state = 'completed', finalized_at = now()`);
+    const bulk = await rea('events', 'replay', '--handler', 'indexer', '--subject', 'two', '--database-url', PG_URL, '--schema', s);
+    expect(bulk).toEqual({ out: 'replayed 1 event to handler indexer', code: 0 });
+    expect((await bus.jobs.forEvent(more[1]!)).map((j) => j.state).sort()).toEqual(['available', 'completed']);
+    const all = await rea('events', 'replay', '--handler', 'indexer', '--since', '2020-01-01', '--json', '--database-url', PG_URL, '--schema', s);
+    expect(JSON.parse(all.out)).toEqual({ handler: 'indexer', replayed: 3, skipped: 1 });
+    // A filter with an id, or a bad one, is a usage error naming the flag; nothing more is made.
+    expect((await rea('events', 'replay', id!, '--handler', 'indexer', '--type', 'note.saved', '--database-url', PG_URL, '--schema', s)).code).toBe(2);
+    expect((await rea('events', 'replay', '--handler', 'indexer', '--since', 'soon', '--database-url', PG_URL, '--schema', s)).code).toBe(2);
+    expect((await target.query(`select count(*)::int as n from "${s}".jobs`))[0].n).toBe(9);
   });
 
   it('retention run --dry-run says what it would remove and removes nothing; run removes it', async () => {

@@ -4,7 +4,8 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createAdminHandler } from '../src/admin/handler.js';
-import { BusStateError, defineEvents, NotFoundError, OptionsError } from '../src/index.js';
+import { BusStateError, defineEvents, InvalidFilterError, NotFoundError, OptionsError } from '../src/index.js';
+import { REPLAY_BATCH } from '../src/worker/replay.js';
 import { bearer, call, login, serve, TOKEN } from './helpers/admin.js';
 import { describeTargets, postgresTarget, testBus } from './helpers/db.js';
 
@@ -92,6 +93,55 @@ describeTargets('replay to a handler on $name', (target) => {
   });
 });
 
+describeTargets('bulk replay to a handler on $name', (target) => {
+  const test = it.skipIf(!target.available);
+
+  test('every fanned event the filter and the handler take gets one job, in batches; waiting ones are skipped', async () => {
+    // History recorded before the handler existed: fanned out with no job.
+    const v1 = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const n = REPLAY_BATCH * 2 + 100;
+    const orders = await v1.transaction((tx) => v1.recordMany(tx, Array.from({ length: n }, (_, i) => ({ type: 'order.placed' as const, payload: { n: i }, subject: i % 2 ? 'odd' : 'even' }))));
+    await v1.transaction((tx) => v1.recordMany(tx, [{ type: 'user.created', payload: { email: 'a@b.c' } }]));
+    while ((await v1.relayOnce()) !== 'none');
+    const unfanned = await v1.transaction((tx) => v1.record(tx, 'order.placed', { n: -1 }));
+
+    const v2 = await testBus(target, events, { schema: v1.schema, relay: { enabled: false }, worker: { enabled: false } });
+    v2.on('order.*', 'ledger', () => {});
+    await v2.start(); // stores the handler
+    const first = await v2.events.replay({}, { handler: 'ledger' });
+    // Every order (not the user event the handler does not take, not the unfanned one the relay will bring).
+    expect(first).toEqual({ handler: 'ledger', replayed: n, skipped: 0 });
+    const jobs = await target.query<{ event_id: string }>(`select event_id::text from "${v1.schema}".jobs where target = 'ledger' and state = 'available'`);
+    expect(new Set(jobs.map((j) => j.event_id))).toEqual(new Set(orders));
+    expect(jobs.map((j) => j.event_id)).not.toContain(unfanned);
+    // Again while those jobs wait: nothing new.
+    expect(await v2.events.replay({ type: 'order.placed' }, { handler: 'ledger' })).toEqual({ handler: 'ledger', replayed: 0, skipped: n });
+
+    // The filter narrows it: by subject, and by when the events were recorded.
+    await target.query(`update "${v1.schema}".jobs set state = 'completed', finalized_at = now()`);
+    expect(await v2.events.replay({ subject: 'odd' }, { handler: 'ledger' })).toEqual({ handler: 'ledger', replayed: n / 2, skipped: 0 });
+    const hour = 3_600_000;
+    expect(await v2.events.replay({ since: new Date(Date.now() + hour) }, { handler: 'ledger' })).toEqual({ handler: 'ledger', replayed: 0, skipped: 0 });
+    expect(await v2.events.replay({ until: new Date(Date.now() - hour) }, { handler: 'ledger' })).toEqual({ handler: 'ledger', replayed: 0, skipped: 0 });
+    expect(await v2.events.replay({ since: new Date(Date.now() - hour), type: 'order.*' }, { handler: 'ledger' })).toEqual({ handler: 'ledger', replayed: n / 2, skipped: n / 2 });
+  });
+
+  test('a bulk replay names what it refuses', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    bus.on('order.placed', 'ledger', () => {});
+    await bus.start();
+    for (const key of ['state', 'cursor', 'limit']) {
+      const err = await bus.events.replay({ [key]: 'x' } as never, { handler: 'ledger' }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(InvalidFilterError);
+      expect((err as Error).message).toContain(key);
+    }
+    await expect(bus.events.replay({ since: 'yesterday' }, { handler: 'ledger' })).rejects.toBeInstanceOf(InvalidFilterError);
+    await expect(bus.events.replay({}, { handler: 'nosuch' })).rejects.toThrow(`handler "nosuch" not found; known handlers: 'ledger'`);
+    await expect(bus.events.replay({}, { endpointId: '0190a0a0-0000-7000-8000-000000000000' } as never)).rejects.toMatchObject({ field: 'events.replay(options)' });
+    expect((await target.query(`select count(*)::int as n from "${bus.schema}".jobs`))[0].n).toBe(0);
+  });
+});
+
 describe('replay to a handler from the HTTP API and the panel', () => {
   it.skipIf(!postgresTarget.available)('POST /api/events/:id/replay { handler } makes the job; the event page offers "Run again"', async () => {
     const bus = await testBus(postgresTarget, events);
@@ -116,6 +166,18 @@ describe('replay to a handler from the HTTP API and the panel', () => {
     const refused = await call(s.url, 'POST', `/api/events/${id}/replay`, { headers: bearer(), body: { handler: 'nosuch' } });
     expect(refused.status).toBe(404);
     expect(refused.json.error.message).toBe(`handler "nosuch" not found; known handlers: 'ledger'`);
+
+    // Many at once: POST /api/events/replay with the events list's filter.
+    await postgresTarget.query(`update "${bus.schema}".jobs set state = 'completed', finalized_at = now()`);
+    completed = bus.lifecycle.waitFor('job:completed');
+    const bulk = await call(s.url, 'POST', '/api/events/replay', { headers: bearer(), body: { handler: 'ledger', type: 'order.*' } });
+    expect(bulk.status).toBe(200);
+    expect(bulk.json.replay).toEqual({ handler: 'ledger', replayed: 1, skipped: 0 });
+    await completed;
+    expect(runs).toBe(3);
+    const bad = await call(s.url, 'POST', '/api/events/replay', { headers: bearer(), body: { handler: 'ledger', since: 'soon' } });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.parameter).toBe('since');
   });
 });
 

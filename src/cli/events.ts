@@ -5,7 +5,7 @@ import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
 import { UsageError } from './usage-error.js';
 import { EXIT_FAILED } from './exit-codes.js';
-import { eventsListCommand } from './lists.js';
+import { eventsListCommand, withFlags } from './lists.js';
 import type { HandlerReplay, NewDelivery } from '../index.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -14,6 +14,17 @@ export interface RequeueOutcome {
   requeued: string[];
   /** Ids asked for that were not poisoned (or do not exist), so nothing changed for them. */
   unchanged: string[];
+}
+
+interface ReplayFlags {
+  handler?: string;
+  endpoint?: string;
+  type?: string;
+  subject?: string;
+  trace?: string;
+  since?: string;
+  until?: string;
+  json?: boolean;
 }
 
 export function eventsCommand(): Command {
@@ -31,13 +42,28 @@ export function eventsCommand(): Command {
       // A script that names events learns from the status whether each was requeued.
       if (outcome.unchanged.length > 0) process.exitCode = EXIT_FAILED;
     });
-  const replay = addConnectionFlags(new Command('replay').description('send a stored event again to one in-process handler (a new job) or one webhook endpoint (a new delivery)'))
-    .argument('<id>', 'event id')
+  const replay = addConnectionFlags(new Command('replay').description('send stored events again: one event to an in-process handler (a new job) or a webhook endpoint (a new delivery); without an id, every fanned-out event the filters and the handler take, to that handler'))
+    .argument('[id]', 'event id (without one: every event the filters match, to --handler)')
     .option('--handler <name>', 'the handler to run on it (one a bus registered that subscribes to its type)')
     .option('--endpoint <id>', 'the webhook endpoint to deliver it to')
+    .option('--type <type>', "without an id: an event type or a 'prefix.*' pattern")
+    .option('--subject <subject>', 'without an id: only this subject')
+    .option('--trace <id>', 'without an id: only this trace id')
+    .option('--since <time>', 'without an id: recorded at or after (ISO 8601)')
+    .option('--until <time>', 'without an id: recorded before (ISO 8601)')
     .option('--json', 'print what was made as JSON')
-    .action(async (id: string, flags: ConnectionFlags & { handler?: string; endpoint?: string; json?: boolean }) => {
+    .action(async (id: string | undefined, flags: ConnectionFlags & ReplayFlags) => {
       if ((flags.handler === undefined) === (flags.endpoint === undefined)) throw new UsageError('events replay', 'give --handler <name> or --endpoint <id> (one of the two)');
+      const filtered = (['type', 'subject', 'trace', 'since', 'until'] as const).find((f) => flags[f] !== undefined);
+      if (id === undefined) {
+        if (flags.handler === undefined) throw new UsageError('--endpoint', 'takes one event id: a replay of many events goes to a --handler');
+        const filter = { type: flags.type, subject: flags.subject, traceId: flags.trace, since: flags.since, until: flags.until };
+        const done = await withAdminBus(flags, (bus) => withFlags(() => bus.events.replay(filter, { handler: flags.handler! })));
+        console.log(flags.json ? JSON.stringify(done)
+          : `replayed ${done.replayed} event${done.replayed === 1 ? '' : 's'} to handler ${done.handler}${done.skipped ? `; skipped ${done.skipped} (a job of it still waits or runs)` : ''}`);
+        return;
+      }
+      if (filtered) throw new UsageError(`--${filtered}`, 'filters a replay of many events: give no event id with it');
       if (!UUID.test(id)) throw new UsageError('events replay', `${id} is not an event id (a UUID)`);
       if (flags.endpoint !== undefined && !UUID.test(flags.endpoint)) throw new UsageError('--endpoint', `${flags.endpoint} is not an endpoint id (a UUID)`);
       const made = await withAdminBus(flags, async (bus): Promise<HandlerReplay | NewDelivery> => (flags.handler !== undefined

@@ -13,7 +13,7 @@ const iso = (d: Date | null) => (d ? d.toISOString() : '-');
 const FLAG_OF: Record<string, string> = { eventId: '--event', traceId: '--trace', handler: '--handler' };
 
 /** A filter the library refuses names the flag the user typed. */
-async function withFlags<T>(run: () => Promise<T>): Promise<T> {
+export async function withFlags<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (err) {

@@ -54,6 +54,15 @@ export interface HandlerScheduleRow {
   leaseMs: number;
 }
 
+/** Which stored events a bulk replay takes (the events list's filter, without state and paging). */
+export interface ReplayFilterParams {
+  typePattern: string | null;
+  subject: string | null;
+  traceId: string | null;
+  minId: string | null;
+  maxId: string | null;
+}
+
 export type ReplayToHandlerResult =
   | { found: false }
   | { found: true; type: string; fanned: boolean; poisoned: boolean; patterns: string[] | null; subscribes: boolean; waitingJobId: string | null; jobId: string | null };
@@ -87,6 +96,15 @@ export interface OperationsExecutor {
    * or not subscribed to the event's type, or the job already waiting.
    */
   eventReplayToHandler(params: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult>;
+  /**
+   * One batch of a bulk replay to a handler, in its own transaction: new jobs for at most `limit`
+   * fanned, unpoisoned events after `afterId` (oldest first) that match the filter and the
+   * handler's patterns, except those with a job of it still waiting or running (skipped); their
+   * consume records deleted. `lastId`: the cursor for the next batch, null when none was left.
+   */
+  eventReplayBatch(params: {
+    handler: string; afterId: string | null; filter: ReplayFilterParams; limit: number; now: Date | null;
+  }): Promise<{ replayed: number; skipped: number; lastId: string | null }>;
   /** Cancel waiting jobs (available, retryable); returns the ids changed. */
   jobCancel(params: { ids: string[]; now: Date | null }): Promise<string[]>;
   /** Whether the server's autovacuum daemon is on (it is a server setting; rea cannot change it). */

@@ -1,7 +1,8 @@
 // events.replay(eventId, { handler }): a stored event sent again to one in-process handler, as a
 // new job. For a handler added after the event (an unrouted event is a fact a later subscriber
 // can replay), or one whose effect must be made again once its code is fixed.
-import { BusStateError, NotFoundError, OptionsError } from '../core/errors.js';
+import { BusStateError, InvalidFilterError, NotFoundError, OptionsError } from '../core/errors.js';
+import { eventListParams, type EventListFilter } from '../core/filters.js';
 import type { Driver } from '../driver/types.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -37,4 +38,51 @@ export async function replayToHandler(driver: Driver, eventId: unknown, handler:
     throw new BusStateError(`handler '${handler}' already has job ${r.waitingJobId} waiting or running for event ${id}: wait for it, or retry that job once it ends`);
   }
   return { jobId: r.jobId!, eventId: id, handler };
+}
+
+/** Which stored events a bulk replay takes: the events list's filter, without state and paging. */
+export type EventReplayFilter = Pick<EventListFilter, 'type' | 'subject' | 'traceId' | 'since' | 'until'>;
+
+/** What events.replay(filter, { handler }) did. */
+export interface HandlerBulkReplay {
+  handler: string;
+  /** Events that got a new job of the handler. */
+  replayed: number;
+  /** Events left alone: a job of the handler for them still waits or runs. */
+  skipped: number;
+}
+
+/** Events a bulk replay takes per transaction: each batch commits on its own, so a large replay holds no long transaction. */
+export const REPLAY_BATCH = 500;
+
+/**
+ * events.replay(filter, { handler }): a new job of `handler` for every stored, fanned-out,
+ * unpoisoned event that matches the filter and the handler's patterns, oldest first, in batches of
+ * REPLAY_BATCH, each its own transaction; `onBatch` after each that made jobs (to wake workers).
+ * Events with a job of the handler still waiting or running are skipped; consume records go as
+ * for one event. A replay stopped half way (an error) has made the jobs of the batches before it.
+ */
+export async function replayEventsToHandler(
+  driver: Driver, filter: unknown, handler: unknown, now: () => Date | null, onBatch: () => void,
+): Promise<HandlerBulkReplay> {
+  if (typeof handler !== 'string' || handler === '') throw new OptionsError('events.replay.handler', 'must be a handler name');
+  if (filter === null || typeof filter !== 'object' || Array.isArray(filter)) throw new InvalidFilterError('filter', 'must be an object');
+  for (const key of ['state', 'cursor', 'limit'] as const) {
+    if (key in filter) throw new InvalidFilterError(key, 'is not a replay filter: a replay takes every fanned-out event that matches type, subject, traceId, since and until');
+  }
+  const p = eventListParams(filter as EventReplayFilter);
+  const known = (await driver.operations.handlerSchedules()).map((h) => h.name);
+  if (!known.includes(handler)) {
+    throw new NotFoundError(`handler ${JSON.stringify(handler)}`, `known handlers: ${known.length ? known.map((n) => `'${n}'`).join(', ') : '(none registered)'}`);
+  }
+  const params = { typePattern: p.typePattern, subject: p.subject, traceId: p.traceId, minId: p.minId, maxId: p.maxId };
+  const total: HandlerBulkReplay = { handler, replayed: 0, skipped: 0 };
+  for (let afterId: string | null = null; ;) {
+    const batch = await driver.operations.eventReplayBatch({ handler, afterId, filter: params, limit: REPLAY_BATCH, now: now() });
+    total.replayed += batch.replayed;
+    total.skipped += batch.skipped;
+    if (batch.replayed > 0) onBatch();
+    if (batch.lastId === null) return total;
+    afterId = batch.lastId;
+  }
 }

@@ -15,6 +15,7 @@ import apiEventGet from './api-event-get.js';
 import apiEventReplay from './api-event-replay.js';
 import apiEventsList from './api-events-list.js';
 import apiEventsRequeue from './api-events-requeue.js';
+import apiEventsReplay from './api-events-replay.js';
 import apiJobsCancel from './api-jobs-cancel.js';
 import apiJobsDiscard from './api-jobs-discard.js';
 import apiJobsList from './api-jobs-list.js';
@@ -35,7 +36,7 @@ import pageOverview from './page-overview.js';
 export const routes: Route[] = [
   healthz, metrics, login, logout, pageLogin,
   apiOverview,
-  apiEventsList, apiEventsRequeue, apiEventGet, apiEventReplay,
+  apiEventsList, apiEventsRequeue, apiEventsReplay, apiEventGet, apiEventReplay,
   apiJobsList, apiJobsRetry, apiJobsCancel, apiJobsDiscard,
   apiEndpointsList, apiEndpointsCreate, apiEndpointGet, apiEndpointEnable, apiEndpointDisable, apiEndpointRotate, apiEndpointTest, apiEndpointUpdate, apiEndpointDelete, apiEndpointAttempts,
   apiDeliveryResend,

@@ -1,9 +1,10 @@
 // The OperationsExecutor for PostgreSQL dialects (pg and PGlite share it): retention deletes,
 // the overview's capped counts, estimates and table sizes, and job repair.
 import type {
-  AppTableName, CountFigure, HandlerScheduleRow, OperationsExecutor, OverviewFacts, ReplayToHandlerResult, RetentionTarget,
+  AppTableName, CountFigure, HandlerScheduleRow, OperationsExecutor, OverviewFacts, ReplayFilterParams, ReplayToHandlerResult, RetentionTarget,
 } from '../../driver/operations.js';
 import { JOB_STATES, type JobState, type Queryable } from '../../driver/types.js';
+import { patternToLike } from './patterns.js';
 import { postgresOperationsStatements, type PostgresOperationsStatements } from './sql-operations.js';
 
 type Row = Record<string, any>;
@@ -150,6 +151,19 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       if (!event.fanned || event.poisoned) return { ...event, patterns: null, subscribes: false, waitingJobId: null, jobId: null };
       const r = (await q.query<Row>(this.sql.eventReplayToHandler, [p.eventId, p.handler, event.type, p.now])).rows[0]!;
       return { ...event, patterns: (r.patterns as string[] | null) ?? null, subscribes: r.subscribes === true, waitingJobId: r.waiting_job_id ?? null, jobId: r.job_id ?? null };
+    });
+  }
+
+  async eventReplayBatch(p: { handler: string; afterId: string | null; filter: ReplayFilterParams; limit: number; now: Date | null }): Promise<{ replayed: number; skipped: number; lastId: string | null }> {
+    const f = p.filter;
+    return this.transaction(async (q) => {
+      const { rows } = await q.query<Row>(this.sql.eventReplayBatchLock, [
+        p.handler, p.afterId, f.minId, f.maxId, f.typePattern === null ? null : patternToLike(f.typePattern), f.subject, f.traceId, p.limit,
+      ]);
+      if (rows.length === 0) return { replayed: 0, skipped: 0, lastId: null };
+      const ids = rows.map((r) => r.id as string);
+      const r = (await q.query<Row>(this.sql.eventReplayBatch, [p.handler, ids, p.now])).rows[0]!;
+      return { replayed: r.replayed, skipped: r.skipped, lastId: ids.at(-1)! };
     });
   }
 

@@ -257,6 +257,44 @@ select (select id::text from inserted) as job_id, (select id::text from waiting)
        exists (select 1 from h) as subscribes, (select patterns from ${s}.handlers where name = $2) as patterns,
        (select count(*) from forgot)::int as forgot`,
 
+    // Bulk replay to a handler, one batch per transaction, oldest first: the first statement locks
+    // the next batch of fanned, unpoisoned events after the cursor that match the filter and the
+    // handler's patterns; the second (a fresh snapshot) makes a job for each that has none of
+    // that handler waiting or running, and deletes its consume records. $1 the handler, $2 the
+    // cursor (exclusive), $3 minId, $4 maxId (exclusive), $5 type LIKE, $6 subject, $7 trace id, $8 limit.
+    eventReplayBatchLock: /* sql */ `
+select e.id::text as id
+from ${s}.events e, ${s}.handlers h
+where h.name = $1 and e.type like any (h.like_patterns)
+  and e.fanned_out_at is not null and e.poisoned_at is null
+  and ($2::uuid is null or e.id > $2::uuid)
+  and ($3::uuid is null or e.id >= $3::uuid)
+  and ($4::uuid is null or e.id < $4::uuid)
+  and ($5::text is null or e.type like $5)
+  and ($6::text is null or e.subject = $6)
+  and ($7::text is null or e.trace_id = $7)
+order by e.id
+limit $8
+for no key update of e`,
+
+    // $1 the handler, $2 the locked event ids, $3 now.
+    eventReplayBatch: /* sql */ `
+with waiting as (
+  select distinct event_id from ${s}.jobs
+  where event_id = any($2::uuid[]) and kind = 'handler' and target = $1 and state in ('available', 'retryable', 'running')
+), picked as (
+  select id from unnest($2::uuid[]) as t(id) where id not in (select event_id from waiting)
+), forgot as (
+  delete from ${s}.consumes c using picked p where c.event_id = p.id and c.handler = $1 returning 1
+), inserted as (
+  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at)
+  select p.id, 'handler', h.name, h.max_attempts, h.lease_ms, h.priority, 1, coalesce($3::timestamptz, now())
+  from picked p, ${s}.handlers h where h.name = $1
+  order by p.id
+  returning 1
+)
+select (select count(*) from inserted)::int as replayed, (select count(*) from waiting)::int as skipped`,
+
     jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),
     jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or (j.kind = 'handler' and j.target = $3))`),
 
