@@ -12,7 +12,7 @@ import {
   type PayloadInput, type ReaEvent,
 } from './core/events.js';
 import { errorMessage } from './core/errors-format.js';
-import { findJsonProblem } from './core/json.js';
+import { findJsonProblem, unstorableText } from './core/json.js';
 import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
@@ -336,7 +336,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   });
 
-  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined): Promise<EventInsert> {
+  /** `at` names the call in errors: 'record', or 'recordMany(items)[3]'. */
+  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined, at = 'record'): Promise<EventInsert> {
     if (!known.has(type)) throw new UnknownEventTypeError(type, catalog.types);
     const value = await validatePayload(catalog as unknown as EventCatalog, type, payload);
     const problem = findJsonProblem(value);
@@ -344,16 +345,20 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     const payloadJson = JSON.stringify(value);
     const bytes = Buffer.byteLength(payloadJson);
     if (bytes > maxPayloadBytes) throw new PayloadTooLargeError(type, bytes, maxPayloadBytes);
-    const subject = opts?.subject ?? null;
-    if (subject !== null && typeof subject !== 'string') throw new OptionsError('record.subject', 'must be a string or null');
+    const version = opts?.version ?? 1;
+    // The column is a 32-bit integer: anything else would be refused by the server, or (sent as a
+    // literal with COMMIT in bus.transaction) rounded without a word.
+    if (typeof version !== 'number' || !Number.isInteger(version) || version < -2147483648 || version > 2147483647) {
+      throw new OptionsError(`${at}.version`, `${describe(version)} is not a 32-bit integer`);
+    }
     return {
       id: uuidv7(),
       type,
-      subject,
+      subject: recordText(opts?.subject, `${at}.subject`),
       payloadJson,
-      traceId: opts?.traceId ?? currentTraceId() ?? newTraceId(),
-      createdBy: opts?.createdBy ?? null,
-      version: opts?.version ?? 1,
+      traceId: recordText(opts?.traceId, `${at}.traceId`) ?? currentTraceId() ?? newTraceId(),
+      createdBy: recordText(opts?.createdBy, `${at}.createdBy`),
+      version,
     };
   }
 
@@ -477,7 +482,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async recordMany(tx, items) {
       if (!Array.isArray(items)) throw new OptionsError('recordMany(items)', 'must be an array of { type, payload, subject? }');
       const rows: EventInsert[] = [];
-      for (const item of items) rows.push(await prepare(item.type, item.payload, item));
+      for (const [i, item] of items.entries()) {
+        if (typeof item !== 'object' || item === null) throw new OptionsError(`recordMany(items)[${i}]`, 'must be an object { type, payload, subject? }');
+        rows.push(await prepare(item.type, item.payload, item, `recordMany(items)[${i}]`));
+      }
       if (rows.length > 0) await recordInto(tx, rows);
       return rows.map((r) => r.id);
     },
@@ -661,6 +669,24 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   };
   return bus;
+}
+
+/**
+ * A text option of record() (subject, traceId, createdBy) as it will be stored, or null when not
+ * given. PostgreSQL's text cannot hold NUL, and a lone surrogate would be stored as U+FFFD; a
+ * number would become '' when the events travel with COMMIT: each is refused, naming the option.
+ */
+function recordText(value: unknown, field: string): string | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string') throw new OptionsError(field, `must be a string, not ${describe(value)}`);
+  if (unstorableText(value)) throw new OptionsError(field, 'holds a NUL character (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL text cannot store');
+  return value;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return `${typeof value} ${String(value)}`;
+  return value === null ? 'null' : typeof value === 'object' ? (Array.isArray(value) ? 'an array' : 'an object') : typeof value;
 }
 
 function checkJobIds(ids: unknown, field: string): string[] {

@@ -8,7 +8,7 @@ export interface JsonProblem {
 const UNSTORABLE = 'text with a NUL character (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL JSON refuses';
 
 /** Cheap first test (surrogate pairs are common: emoji), then the exact one only when needed. */
-function unstorableText(s: string): boolean {
+export function unstorableText(s: string): boolean {
   return /[\u0000\uD800-\uDFFF]/.test(s) && /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s);
 }
 
