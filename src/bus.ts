@@ -375,8 +375,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
   const recordInto = async (tx: unknown, rows: EventInsert[]) => {
     const q = driver.unwrapTransaction(tx);
-    // In bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
-    if (!(isReaTransaction(tx) && deferInto(tx, rows))) await driver.executor.eventInsertMany(q, rows).catch(rejectNotMigrated);
+    // In this bus's bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
+    if (!(isReaTransaction(tx) && deferInto(tx, rows, driver))) await driver.executor.eventInsertMany(q, rows).catch(rejectNotMigrated);
     if (isReaTransaction(tx)) noteRecorded(tx, rows.length);
   };
 
@@ -492,7 +492,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
     async transaction(fn) {
       if (state === 'stopped') throw new BusStateError('the bus has been stopped');
-      const txState: TransactionState = { open: true };
+      const txState: TransactionState = { open: true, owner: driver };
       const result = await driver.transaction(async (q, raw) => {
         if (driver.capabilities.deferredRecord) {
           txState.pending = [];

@@ -12,6 +12,11 @@ export interface Transaction extends Queryable {
 export interface TransactionState {
   open: boolean;
   /**
+   * Who writes `pending` with COMMIT (the bus's driver): another bus given this transaction
+   * writes its events at once, into its own schema.
+   */
+  owner?: object;
+  /**
    * Events recorded but not yet written. The driver writes them together with COMMIT (one round
    * trip less per transaction), or before the next tx.query, so the transaction always sees them.
    */
@@ -33,10 +38,10 @@ export function makeTransaction(q: Queryable, raw: unknown, state: TransactionSt
   } as Transaction;
 }
 
-/** Queue events on a rea transaction that defers them; false when it writes at once. */
-export function deferInto(tx: Transaction, rows: EventInsert[]): boolean {
+/** Queue events on a rea transaction of `owner` that defers them; false when they must be written at once. */
+export function deferInto(tx: Transaction, rows: EventInsert[], owner: object): boolean {
   const state = (tx as unknown as Record<symbol, TransactionState>)[REA_TX]!;
-  if (!state.pending) return false;
+  if (!state.pending || state.owner !== owner) return false;
   state.pending.push(...rows);
   return true;
 }
