@@ -17,21 +17,48 @@ const DEFAULT_WEBHOOK_FAN_OUT: WebhookFanOut = {
   failingDelayMs: DEFAULTS.webhooks.failingDelayMs,
 };
 
+/**
+ * About the most text one events insert carries. A bulk recordMany is split into statements of
+ * this size: node-postgres builds each array parameter as one string, and a JavaScript string
+ * stops at 512 MB (RangeError: Invalid string length), the server's at 1 GB.
+ */
+export const EVENT_INSERT_CHUNK_CHARS = 16 * 1024 * 1024;
+
+/** `events` in order, in groups of at most EVENT_INSERT_CHUNK_CHARS of text each (at least one event). */
+export function eventChunks(events: EventInsert[], maxChars = EVENT_INSERT_CHUNK_CHARS): EventInsert[][] {
+  const chunks: EventInsert[][] = [];
+  let chunk: EventInsert[] = [];
+  let chars = 0;
+  for (const e of events) {
+    const size = e.payloadJson.length + e.type.length + (e.subject?.length ?? 0) + (e.traceId?.length ?? 0) + (e.createdBy?.length ?? 0) + 64;
+    if (chunk.length > 0 && chars + size > maxChars) {
+      chunks.push(chunk);
+      chunk = [];
+      chars = 0;
+    }
+    chunk.push(e);
+    chars += size;
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
+}
+
 export class PostgresExecutor implements Executor {
   constructor(private readonly pool: Queryable, private readonly sql: PostgresStatements) {}
 
   async eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void> {
-    if (events.length === 0) return;
     if (events.length === 1) {
       const e = events[0]!;
       await q.query(this.sql.eventInsertOne, [e.id, e.type, e.subject, e.payloadJson, e.traceId, e.createdBy, e.version]);
       return;
     }
-    await q.query(this.sql.eventInsertMany, [
-      events.map((e) => e.id), events.map((e) => e.type), events.map((e) => e.subject),
-      events.map((e) => e.payloadJson), events.map((e) => e.traceId), events.map((e) => e.createdBy),
-      events.map((e) => e.version),
-    ]);
+    for (const chunk of eventChunks(events)) {
+      await q.query(this.sql.eventInsertMany, [
+        chunk.map((e) => e.id), chunk.map((e) => e.type), chunk.map((e) => e.subject),
+        chunk.map((e) => e.payloadJson), chunk.map((e) => e.traceId), chunk.map((e) => e.createdBy),
+        chunk.map((e) => e.version),
+      ]);
+    }
   }
 
   async eventClaimable(): Promise<boolean> {
