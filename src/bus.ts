@@ -496,10 +496,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       const result = await driver.transaction(async (q, raw) => {
         if (driver.capabilities.deferredRecord) {
           txState.pending = [];
-          txState.flush = () => driver.executor.eventInsertMany(q, txState.pending!.splice(0));
+          txState.flush = (rows) => driver.executor.eventInsertMany(q, rows);
         }
         try {
-          return await fn(makeTransaction(q, raw, txState));
+          const value = await fn(makeTransaction(q, raw, txState));
+          await txState.flushing; // events sent when fn read tx.raw: a failure fails the transaction
+          return value;
         } finally {
           txState.open = false;
         }

@@ -1,7 +1,7 @@
 // What kind of database handle a caller passed to record(): each adapter accepts its own kind
 // and names a foreign one, which would otherwise be written into as if it were its own.
 import { UnsupportedTransactionError } from '../core/errors.js';
-import { isReaTransaction } from './rea.js';
+import { isReaTransaction, rawHandle } from './rea.js';
 
 export type HandleKind = 'pg-pool' | 'pg-client' | 'pglite' | 'pglite-tx' | 'other';
 
@@ -24,7 +24,7 @@ const FOREIGN: Record<keyof typeof DATABASE, readonly HandleKind[]> = { postgres
 /** Throw unless `tx` (or the raw handle of a rea transaction) belongs to the bus's own kind of database. */
 export function refuseForeignHandle(tx: unknown, own: keyof typeof DATABASE, expected: string): void {
   const rea = isReaTransaction(tx);
-  const kind = handleKind(rea ? tx.raw : tx);
+  const kind = handleKind(rea ? rawHandle(tx) : tx);
   if (!FOREIGN[own].includes(kind)) return;
   const other = own === 'postgres' ? 'pglite' : 'postgres';
   const given = rea ? `a rea transaction of a ${DATABASE[other]} bus` : HANDLE[kind as Exclude<HandleKind, 'other'>];

@@ -3,6 +3,7 @@
 import type { EventInsert, Queryable } from '../driver/types.js';
 
 const REA_TX = Symbol.for('rea.transaction');
+const REA_RAW = Symbol('rea.transaction.raw');
 
 export interface Transaction extends Queryable {
   /** The driver's own handle (a pg PoolClient, a PGlite Transaction), for ORMs and raw access. */
@@ -19,9 +20,12 @@ export interface TransactionState {
   /**
    * Events recorded but not yet written. The driver writes them together with COMMIT (one round
    * trip less per transaction), or before the next tx.query, so the transaction always sees them.
+   * Once the caller reads tx.raw, none wait any more (see makeTransaction).
    */
   pending?: EventInsert[];
-  flush?: () => Promise<void>;
+  flush?: (rows: EventInsert[]) => Promise<void>;
+  /** The write of the events that waited when tx.raw was read; awaited before the next tx.query and before COMMIT. */
+  flushing?: Promise<void>;
   /** Events recorded through this transaction: once it commits, the relay is told. */
   recorded?: number;
 }
@@ -29,13 +33,35 @@ export interface TransactionState {
 export function makeTransaction(q: Queryable, raw: unknown, state: TransactionState): Transaction {
   return {
     [REA_TX]: state,
-    raw,
+    [REA_RAW]: raw,
+    // Statements sent on the raw handle (an ORM's SAVEPOINT / ROLLBACK TO, a write) do not pass
+    // through tx.query, so an event waiting for COMMIT would be written after them: outside the
+    // savepoint it was recorded in, stored although that savepoint was rolled back. From the
+    // first read of raw on, events are written as they are recorded; those already waiting are
+    // sent now, ahead of anything the caller sends on it (a pg client runs its queries in order).
+    get raw() {
+      if (state.pending) {
+        const rows = state.pending;
+        state.pending = undefined;
+        if (rows.length > 0 && state.open) {
+          state.flushing = state.flush!(rows);
+          state.flushing.catch(() => {}); // awaited (and so reported) before the next tx.query and COMMIT
+        }
+      }
+      return raw;
+    },
     query: async (sql: string, params?: unknown[]) => {
       if (!state.open) throw new Error('this rea transaction has already ended; use the tx only inside its callback');
-      if (state.pending?.length) await state.flush!();
+      if (state.flushing) await state.flushing;
+      if (state.pending?.length) await state.flush!(state.pending.splice(0));
       return q.query(sql, params);
     },
   } as Transaction;
+}
+
+/** The driver's handle of a rea transaction, without reading tx.raw (which stops deferring). */
+export function rawHandle(tx: Transaction): unknown {
+  return (tx as unknown as Record<symbol, unknown>)[REA_RAW];
 }
 
 /** Queue events on a rea transaction of `owner` that defers them; false when they must be written at once. */
