@@ -11,11 +11,17 @@ export interface EventCatalog<S extends EventSchemas = EventSchemas> {
 }
 
 const TYPE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$/;
+export const EVENT_TYPE_RULE = 'an event type is 1–200 characters of letters, digits, _ . : - and starts with a letter or digit';
+
+/** Whether `type` can be defined in a catalog (and so be subscribed to by a handler). */
+export function isEventTypeName(type: string): boolean {
+  return TYPE_NAME.test(type);
+}
 
 export function defineEvents<S extends EventSchemas>(schemas: S): EventCatalog<S> {
   for (const [type, schema] of Object.entries(schemas)) {
     if (!TYPE_NAME.test(type)) {
-      throw new OptionsError(`events['${type}']`, 'an event type is 1–200 characters of letters, digits, _ . : - and starts with a letter or digit');
+      throw new OptionsError(`events['${type}']`, EVENT_TYPE_RULE);
     }
     if (!schema || typeof (schema as StandardSchemaV1)['~standard']?.validate !== 'function') {
       throw new OptionsError(`events['${type}']`, 'is not a Standard Schema (zod ≥ 3.24, valibot ≥ 1, arktype ≥ 2 …)');

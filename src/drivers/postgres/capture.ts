@@ -2,6 +2,7 @@
 // own INSERT / UPDATE / DELETE, for writes that never go through bus.record().
 // Pure string building; the caller runs `up` (and later `down`) like any other migration.
 import { OptionsError } from '../../core/errors.js';
+import { EVENT_TYPE_RULE, isEventTypeName } from '../../core/events.js';
 import { quoteSchema } from './common.js';
 
 export interface CaptureEventTypes {
@@ -170,8 +171,9 @@ function checkEventTypes(options: CaptureTriggerOptions): CaptureEventTypes {
 
 function checkEventType(field: string, value: unknown): string {
   if (typeof value !== 'string' || value.trim() === '') throw new CaptureOptionsError(field, 'must be a non-empty string');
-  // Postgres text cannot hold NUL; everything else is embedded safely by literal().
-  if (value.includes('\0')) throw new CaptureOptionsError(field, 'must not contain a NUL character');
+  // A type defineEvents would refuse can have no handler: its events would be fanned out to
+  // nobody, without a word. (literal() would embed anything safely all the same.)
+  if (!isEventTypeName(value)) throw new CaptureOptionsError(field, `${JSON.stringify(value)}: ${EVENT_TYPE_RULE}, as in defineEvents`);
   return value;
 }
 
