@@ -265,6 +265,16 @@ describeTargets('record on $name', (target) => {
     expect(await eventCount(target, bus.schema)).toBe(4000);
   });
 
+  // On PostgreSQL bus.transaction queued them with pending.push(...rows): past ~120,000 events the
+  // spread overflowed the stack (RangeError). PGlite writes at once, and takes ~15 s for this.
+  it.skipIf(!target.available || target.name !== 'postgres')('recordMany of 150,000 events in bus.transaction stores them all', async () => {
+    const bus = await testBus(target, events);
+    const items = Array.from({ length: 150_000 }, (_, i) => ({ type: 'note.added' as const, payload: { text: `n${i}` } }));
+    const ids = await bus.transaction((tx) => bus.recordMany(tx, items));
+    expect(ids).toHaveLength(150_000);
+    expect(await eventCount(target, bus.schema)).toBe(150_000);
+  });
+
   it.skipIf(!target.available)('refuses a transaction handle that would commit on its own', async () => {
     const bus = await testBus(target, events);
     const raw = target.database() as { pglite?: unknown; postgres?: string };

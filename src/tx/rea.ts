@@ -68,7 +68,8 @@ export function rawHandle(tx: Transaction): unknown {
 export function deferInto(tx: Transaction, rows: EventInsert[], owner: object): boolean {
   const state = (tx as unknown as Record<symbol, TransactionState>)[REA_TX]!;
   if (!state.pending || state.owner !== owner) return false;
-  state.pending.push(...rows);
+  // Not push(...rows): spread arguments overflow the stack past ~120,000 (a bulk recordMany).
+  for (const row of rows) state.pending.push(row);
   return true;
 }
 
