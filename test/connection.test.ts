@@ -70,11 +70,15 @@ describe('connection settings', () => {
   });
 
   it.runIf(process.platform === 'linux' && postgresTarget.available)('the pool and the LISTEN connection keep TCP keepalive on', async () => {
+    // The kernel shows the keepalive timer only while no sent data waits for its ACK, so each
+    // connection is looked at while nothing else uses it: a pool no relay or worker polls on (this
+    // bus is not started), and a LISTEN connection of a process that records nothing.
+    const quiet = await testBus(postgresTarget, defineEvents({}), { relay: { enabled: false }, worker: { enabled: false } });
+    const poolPort = await quiet.transaction(async (tx: any) => Number((await tx.query('select inet_client_port() as port')).rows[0].port));
     const schema = freshSchema();
     const bus = await testBus(postgresTarget, defineEvents({ 'x.y': (await import('zod')).z.object({}) }), { schema });
     bus.on('x.y', 'h', async () => undefined);
     await bus.start();
-    const poolPort = await bus.transaction(async (tx: any) => Number((await tx.query('select inet_client_port() as port')).rows[0].port));
     const listening = await postgresTarget.query<{ port: number }>(
       `select client_port as port from pg_stat_activity where application_name = 'rea-listen' and query like $1`, [`%rea_${schema}%`],
     );
