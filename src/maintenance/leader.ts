@@ -1,5 +1,6 @@
 // Leader election: a lease row with a TTL, renewed while held. Only maintenance needs a leader;
 // relay and workers run everywhere. A plain row (no session advisory lock) works behind poolers.
+import { performance } from 'node:perf_hooks';
 import type { Clock } from '../core/clock.js';
 import { errorMessage } from '../core/errors-format.js';
 import type { Lifecycle } from '../core/lifecycle.js';
@@ -9,8 +10,18 @@ import type { Driver } from '../driver/types.js';
 export class Leader {
   private timer: NodeJS.Timeout | undefined;
   private leading = false;
+  /** The last election won: the row may name this process, so stop() gives it back. */
+  private held = false;
   private started = false;
   private tick: Promise<void> | undefined;
+  /**
+   * Until when (performance.now()) the lease won last is surely ours: the TTL counted from when
+   * that election was sent, since the database set its expiry no earlier. A renewal that waits
+   * (for a pool connection its handlers hold, for a slow server) does not extend it: past it
+   * another process may have taken the lease, and two leaders would run maintenance at once.
+   */
+  private validUntil = 0;
+  private expiry: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly driver: Driver,
@@ -19,7 +30,7 @@ export class Leader {
   ) {}
 
   get isLeader(): boolean {
-    return this.leading;
+    return this.leading && performance.now() < this.validUntil;
   }
 
   start(): void {
@@ -33,8 +44,10 @@ export class Leader {
     this.started = false;
     clearTimeout(this.timer);
     await this.tick;
-    if (this.leading) {
-      this.set(false);
+    clearTimeout(this.expiry);
+    this.set(false);
+    if (this.held) {
+      this.held = false;
       await this.driver.executor.leaderResign({ leaderId: this.options.leaderId }).catch(() => {});
     }
   }
@@ -50,17 +63,38 @@ export class Leader {
   }
 
   private async attempt(): Promise<void> {
+    const sentAt = performance.now();
     try {
       const won = await this.driver.executor.leaderAttemptElect({ leaderId: this.options.leaderId, ttlMs: this.options.ttlMs, now: this.deps.clock.now() });
-      if (this.started) this.set(won);
+      this.held = won;
+      if (this.started) {
+        if (won) this.keepUntil(sentAt + this.options.ttlMs);
+        this.set(won && performance.now() < this.validUntil);
+      }
       // Stopped while this election ran and it won the lease: give it back now (stop() waits for
-      // this tick), or every other process would wait out the TTL for a leader. A renewal (still
-      // leading) is given back by stop() itself.
-      else if (won && !this.leading) await this.driver.executor.leaderResign({ leaderId: this.options.leaderId }).catch(() => {});
+      // this tick), or every other process would wait out the TTL for a leader.
+      else if (won) {
+        this.held = false;
+        await this.driver.executor.leaderResign({ leaderId: this.options.leaderId }).catch(() => {});
+      }
     } catch (err) {
       this.deps.log.warn({ err: errorMessage(err) }, 'leader election failed');
       this.set(false); // cannot prove we still hold the lease
     }
+  }
+
+  /** Leading ends at `until` unless a renewal sent before then wins first. */
+  private keepUntil(until: number): void {
+    this.validUntil = until;
+    clearTimeout(this.expiry);
+    this.expiry = setTimeout(() => {
+      if (!this.leading) return;
+      // A timer may fire a fraction of a millisecond early by this clock.
+      if (performance.now() < this.validUntil) return this.keepUntil(this.validUntil);
+      this.deps.log.warn({ ttl_ms: this.options.ttlMs }, 'leader lease expired before a renewal came back; stepping down until one does');
+      this.set(false);
+    }, Math.max(0, until - performance.now()));
+    this.expiry.unref?.();
   }
 
   private set(leading: boolean): void {
