@@ -2,7 +2,7 @@
 // while a renewal is still on its way, so two processes never run maintenance at once.
 import { expect, it } from 'vitest';
 import { z } from 'zod';
-import { createBus, defineEvents } from '../src/index.js';
+import { createBus, defineEvents, OptionsError } from '../src/index.js';
 import { freshSchema, postgresTarget, testBus } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
@@ -42,4 +42,16 @@ test('a leader whose renewal waits for a pool connection past its TTL stops lead
     gate.resolve();
     await b.stop();
   }
+});
+
+it('a renewal interval longer than half the lease is refused, naming both options', () => {
+  const make = (leader: { ttlMs?: number; renewMs?: number }) => () => createBus({ database: { postgres: 'postgres://nobody@127.0.0.1:1/none' }, events, leader });
+  // Renewed every second, a 300 ms lease held only 300 ms of each second: another process took it.
+  expect(make({ ttlMs: 300, renewMs: 1000 })).toThrow(new OptionsError('createBus.leader.renewMs', '1000 must be at most half of leader.ttlMs (300), or the lease lapses between renewals; about a third suits'));
+  expect(make({ ttlMs: 1000, renewMs: 501 })).toThrow(OptionsError);
+  // A shorter lease alone still renews at the default 5 s: said so.
+  expect(make({ ttlMs: 3000 })).toThrow('invalid option createBus.leader.renewMs: 5000 (the default) must be at most half of leader.ttlMs (3000)');
+  expect(make({ renewMs: 10_000 })).toThrow('10000 must be at most half of leader.ttlMs (15000, the default)');
+  expect(make({ ttlMs: 1000, renewMs: 500 })).not.toThrow();
+  expect(make({})).not.toThrow();
 });

@@ -197,7 +197,19 @@ export const busOptionsSchema = z.object({
     heartbeatMs: timerMs.optional(),
   }).strict().optional(),
   notifyDebounceMs: nonNegInt.max(MAX_TIMER_MS).optional(),
-  leader: z.object({ ttlMs: timerMs.optional(), renewMs: timerMs.optional() }).strict().optional(),
+  leader: z.object({ ttlMs: timerMs.optional(), renewMs: timerMs.optional() }).strict().superRefine((leader, ctx) => {
+    // A lease renewed less often than it expires lapses between renewals: another process takes
+    // it, and the leader steps down and back up every round. Half the TTL leaves room for one
+    // renewal to fail (a connection lost) and the next to come in time.
+    const ttlMs = leader.ttlMs ?? DEFAULTS.leader.ttlMs;
+    const renewMs = leader.renewMs ?? DEFAULTS.leader.renewMs;
+    if (renewMs * 2 > ttlMs) {
+      ctx.addIssue({
+        code: 'custom', path: ['renewMs'],
+        message: `${renewMs}${leader.renewMs === undefined ? ' (the default)' : ''} must be at most half of leader.ttlMs (${ttlMs}${leader.ttlMs === undefined ? ', the default' : ''}), or the lease lapses between renewals; about a third suits`,
+      });
+    }
+  }).optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
   vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: positiveInt.optional() }).strict().optional(),
   webhooks: z.object({
