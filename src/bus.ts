@@ -329,7 +329,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     handlers: () => [...handlers.values()].map((h) => ({ name: h.name, maxAttempts: h.maxAttempts, leaseMs: h.timeoutMs + leaseMarginMs, backoff: h.backoff })),
     keepGoing: () => leader.isLeader && state === 'started',
   });
-  const leader = new Leader(driver, { leaderId: instanceId, ttlMs: o.leader?.ttlMs ?? DEFAULTS.leader.ttlMs, renewMs: o.leader?.renewMs ?? DEFAULTS.leader.renewMs }, {
+  // The lease names this bus, not only its instanceId: processes given the same one (the host
+  // name, with several processes on a host) would each renew the other's lease and all lead.
+  const leaderId = `${instanceId}#${randomBytes(3).toString('hex')}`;
+  const leader = new Leader(driver, { leaderId, ttlMs: o.leader?.ttlMs ?? DEFAULTS.leader.ttlMs, renewMs: o.leader?.renewMs ?? DEFAULTS.leader.renewMs }, {
     clock, lifecycle, log,
     onChange: (leading) => {
       for (const m of maintenance) leading ? m.start() : void m.stop();

@@ -3,7 +3,7 @@
 import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents, OptionsError } from '../src/index.js';
-import { freshSchema, postgresTarget, testBus } from './helpers/db.js';
+import { describeTargets, freshSchema, postgresTarget, testBus } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'job.requested': z.object({ n: z.number() }) });
@@ -54,4 +54,33 @@ it('a renewal interval longer than half the lease is refused, naming both option
   expect(make({ renewMs: 10_000 })).toThrow('10000 must be at most half of leader.ttlMs (15000, the default)');
   expect(make({ ttlMs: 1000, renewMs: 500 })).not.toThrow();
   expect(make({})).not.toThrow();
+});
+
+describeTargets('one lease holder on $name', (t) => {
+  it.skipIf(!t.available)('two buses given the same instanceId (say, the host name, with several processes per host) do not both lead', async () => {
+    const schema = freshSchema();
+    const leader = { ttlMs: 60_000, renewMs: 50 };
+    const a = await testBus(t, events, { schema, instanceId: 'host-1', leader });
+    const b = await testBus(t, events, { schema, instanceId: 'host-1', leader });
+    const aElected = a.lifecycle.waitFor('leader:elected');
+    await a.start();
+    await aElected;
+    let bRenewals = 0;
+    const elect = b.driver.executor.leaderAttemptElect.bind(b.driver.executor);
+    b.driver.executor.leaderAttemptElect = async (p) => {
+      const won = await elect(p);
+      bRenewals++;
+      return won;
+    };
+    await b.start();
+    await expect.poll(() => bRenewals, { timeout: 5000 }).toBeGreaterThanOrEqual(3);
+    expect([a.isLeader, b.isLeader]).toEqual([true, false]);
+    const rows = await t.query<{ leader_id: string }>(`select leader_id from "${schema}".leader`);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.leader_id).toMatch(/^host-1#[0-9a-f]+$/);
+    // The lease names the bus, not only its instanceId: a's stop gives back a's lease, and b then leads.
+    const bElected = b.lifecycle.waitFor('leader:elected', () => true, 5000);
+    await a.stop();
+    await bElected;
+  });
 });
