@@ -2,6 +2,7 @@
 // transaction, and runs the relay, the workers and (when leading) maintenance.
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { performance } from 'node:perf_hooks';
 import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import { defaultHandlerBackoff } from './core/backoff.js';
@@ -427,12 +428,22 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       // for a connection, which running transactional handlers hold until they end or are aborted.
       const timeoutMs = stopOptions.timeoutMs ?? 10_000;
       if (workerOptions.enabled !== false) worker.beginStop(timeoutMs);
-      await relay.stop();
-      await worker.stop(timeoutMs);
-      await leader.stop();
-      // A pass stuck on a lock must not hold the stop past its timeout (at least a second).
-      await Promise.all(maintenance.map((m) => m.stop(Math.max(1000, stopOptions.timeoutMs ?? 10_000))));
-      await unlisten?.();
+      // A statement stuck on a lock (a relay round, a claim, a completion, the election: a table
+      // locked by a migration or by hand, a server that stopped answering) must not hold the stop
+      // past its timeout (at least a second); the worker gets STOP_WRITE_GRACE_MS more to write
+      // what its aborted jobs came to. Left running, they end when their queries do.
+      const deadline = performance.now() + Math.max(1000, timeoutMs);
+      // Past the deadline, a step still gets a moment: a resignation or a connection's goodbye takes milliseconds.
+      const upTo = (what: string, work: Promise<void>, graceMs = 0) => waitAtMost(
+        work.catch((err) => log.warn({ err: errorMessage(err) }, `${what} failed at stop`)),
+        Math.max(STOP_STEP_MIN_MS, deadline + graceMs - performance.now()),
+        (waitedMs) => log.warn({ waited_ms: waitedMs }, `${what} still running at stop (a statement waiting on a lock, or a server that does not answer); not waiting for it`),
+      );
+      await upTo('relay round', relay.stop());
+      await upTo('worker', worker.stop(timeoutMs), STOP_WRITE_GRACE_MS);
+      await upTo('leader election', leader.stop());
+      await Promise.all(maintenance.map((m) => m.stop(Math.max(STOP_STEP_MIN_MS, deadline - performance.now()))));
+      if (unlisten) await upTo('LISTEN connection close', unlisten());
     }
     notifier.cancel();
     await driver.close();
@@ -692,6 +703,23 @@ function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return `${typeof value} ${String(value)}`;
   return value === null ? 'null' : typeof value === 'object' ? (Array.isArray(value) ? 'an array' : 'an object') : typeof value;
+}
+
+/** How long past a stop's deadline the worker may take to write the outcomes of the jobs it aborted. */
+const STOP_WRITE_GRACE_MS = 1000;
+/** The least a step of a stop is waited for once the deadline has passed. */
+const STOP_STEP_MIN_MS = 250;
+
+/** Waits for `work` (which must not reject) at most `ms`; `onGaveUp` says so when it did not end in time. */
+async function waitAtMost(work: Promise<void>, ms: number, onGaveUp: (waitedMs: number) => void): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const waited = Math.max(0, Math.round(ms));
+  const ended = await Promise.race([
+    work.then(() => true),
+    new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), waited))),
+  ]);
+  clearTimeout(timer);
+  if (!ended) onGaveUp(waited);
 }
 
 function checkJobIds(ids: unknown, field: string): string[] {

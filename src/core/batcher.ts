@@ -21,6 +21,12 @@ export class Batcher<T> {
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private retryDelayMs = 0;
+  /**
+   * Set by drain(): no timer of its own any more. A write still in flight when drain() gave up (a
+   * statement waiting on a lock) would otherwise re-arm its retry once it failed on the closed
+   * pool, every few seconds for ever, and keep the process from exiting.
+   */
+  private drained = false;
 
   constructor(private readonly options: BatcherOptions<T>) {}
 
@@ -30,6 +36,7 @@ export class Batcher<T> {
 
   push(item: T): void {
     this.items.push(item);
+    if (this.drained) return;
     if (this.items.length >= this.options.maxBatch && !this.flushing) {
       void this.flush();
     } else if (!this.timer && !this.flushing) {
@@ -62,7 +69,7 @@ export class Batcher<T> {
     })();
     await this.flushing;
     this.flushing = undefined;
-    if (this.items.length > 0 && !this.timer) {
+    if (this.items.length > 0 && !this.timer && !this.drained) {
       this.timer = setTimeout(() => void this.flush(), this.retryDelayMs || this.options.flushMs);
     }
   }
@@ -84,13 +91,14 @@ export class Batcher<T> {
     return [];
   }
 
-  /** Flush until empty, giving up after `deadlineMs` (the database may be gone). */
+  /** Flush until empty, giving up after `deadlineMs` (the database may be gone); then arm no more timers. */
   async drain(deadlineMs: number): Promise<void> {
     const until = Date.now() + deadlineMs;
     while (this.items.length > 0 && Date.now() < until) {
       await this.flush();
       if (this.items.length > 0) await new Promise((r) => setTimeout(r, Math.min(this.retryDelayMs, Math.max(0, until - Date.now()))));
     }
+    this.drained = true;
     clearTimeout(this.timer);
     this.timer = undefined;
   }
