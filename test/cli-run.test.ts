@@ -6,12 +6,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
 
 const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
 const unreachable = fileURLToPath(new URL('./fixtures/unreachable-bus.ts', import.meta.url));
+const serving = fileURLToPath(new URL('./fixtures/serving-bus.ts', import.meta.url));
 
-function runCli(args: string[]) {
-  const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+function runCli(args: string[], env: NodeJS.ProcessEnv = {}) {
+  const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
@@ -41,6 +43,32 @@ describe('rea run start-up', () => {
     const code = await run.exited;
     expect(code).toBe(1);
     expect(run.stderr()).toMatch(/rea: cannot reach PostgreSQL at 127\.0\.0\.1:\d+.*ECONNREFUSED/);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('rea run shutdown', () => {
+  it('SIGTERM ends the process once the bus has stopped, even while the module holds it open (its own HTTP server)', async () => {
+    const schema = freshSchema();
+    try {
+      const run = runCli(['run', serving, '--migrate'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: schema });
+      await run.waitFor(/rea: running/);
+      run.child.kill('SIGTERM');
+      // rea's handler took the signal's place: without an exit of its own the server kept the process up for ever.
+      const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after SIGTERM'))]);
+      if (code !== 0) run.child.kill('SIGKILL');
+      expect(code).toBe(0);
+      expect(run.stderr()).toContain('SIGTERM: stopping');
+    } finally {
+      await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
+  it('a start that fails (the schema is not migrated) exits 1 with the reason, even while the module holds the process open', async () => {
+    const run = runCli(['run', serving], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
+    const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after the failed start'))]);
+    if (code !== 1) run.child.kill('SIGKILL');
+    expect(code).toBe(1);
+    expect(run.stderr()).toMatch(/rea: rea's tables are not in schema "t_[0-9a-f]+" .*: run the migrations first/);
   });
 });
 

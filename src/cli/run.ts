@@ -8,6 +8,9 @@ import { ModuleLoadError, OptionsError } from '../core/errors.js';
 import { namedMessage } from '../core/errors-format.js';
 import { wholeNumber } from './settings.js';
 
+/** How long `rea run` lets the process end on its own once the bus has stopped (or failed to start). */
+const EXIT_AFTER_STOP_MS = 1000;
+
 /** rea's own code (dist/, or src/ when run from source): not where a user's module threw. */
 const REA_CODE = new URL('..', import.meta.url).href;
 
@@ -33,13 +36,24 @@ export function runCommand(): Command {
       });
       // A database that restarts while workers come up (a deploy, a failover) is not a reason to
       // exit: retry start-up for a while, as the running bus itself rides out lost connections.
-      const started = await untilReachable(bus, flags.waitForDatabase, () => stopping !== undefined, async () => {
-        if (flags.migrate) await bus.migrate();
-        await bus.start();
-      });
-      // A signal during start-up: bus.stop() lets the start finish, then stops what it started.
-      if (started && stopping === undefined) console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
-      await stopped;
+      try {
+        const started = await untilReachable(bus, flags.waitForDatabase, () => stopping !== undefined, async () => {
+          if (flags.migrate) await bus.migrate();
+          await bus.start();
+        }).catch(async (err: unknown) => {
+          await bus.stop().catch(() => {});
+          throw err;
+        });
+        // A signal during start-up: bus.stop() lets the start finish, then stops what it started.
+        if (started && stopping === undefined) console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
+        await stopped;
+      } finally {
+        // rea's handlers took the signals' place, so a signal no longer ends the process: the
+        // module may still hold it open (its own HTTP server, an interval), and a SIGTERM from a
+        // process manager, or a start-up that failed, would then wait for a SIGKILL. Let the
+        // process end on its own if it can, else end it (with the exit code main() has set).
+        setTimeout(() => process.exit(), EXIT_AFTER_STOP_MS).unref();
+      }
     });
 }
 
