@@ -13,8 +13,11 @@ describeTargets('leader and workers on $name', (target) => {
 
   test('exactly one of two buses leads; when it stops, the other takes over after the lease', async () => {
     const schema = freshSchema();
-    const a = await testBus(target, events, { schema, instanceId: 'a', leader: { ttlMs: 400, renewMs: 100 } });
-    const b = createBus({ database: target.database(), schema, events, instanceId: 'b', leader: { ttlMs: 400, renewMs: 100 } });
+    // A lease of 2 s: a leader whose renewal has not come back within the TTL steps down (the
+    // lease may have lapsed), and PGlite, one statement at a time, took over 400 ms on a loaded CI.
+    // The takeover below does not wait for it: a stopping leader gives its lease back.
+    const a = await testBus(target, events, { schema, instanceId: 'a', leader: { ttlMs: 2000, renewMs: 100 } });
+    const b = createBus({ database: target.database(), schema, events, instanceId: 'b', leader: { ttlMs: 2000, renewMs: 100 } });
     const aElected = a.lifecycle.waitFor('leader:elected');
     await a.start();
     await aElected;
