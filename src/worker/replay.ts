@@ -2,10 +2,14 @@
 // new job. For a handler added after the event (an unrouted event is a fact a later subscriber
 // can replay), or one whose effect must be made again once its code is fixed.
 import { BusStateError, InvalidFilterError, NotFoundError, OptionsError } from '../core/errors.js';
-import { eventListParams, type EventListFilter } from '../core/filters.js';
+import { eventListParams, isUuid, type EventListFilter } from '../core/filters.js';
 import type { Driver } from '../driver/types.js';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** A handler name no bus registered, refused with the names that are (jobs.retry, events.replay). */
+export async function unknownHandler(driver: Driver, name: unknown): Promise<NotFoundError> {
+  const names = (await driver.operations.handlerSchedules()).map((h) => `'${h.name}'`);
+  return new NotFoundError(`handler ${JSON.stringify(name)}`, `known handlers: ${names.length ? names.join(', ') : '(none registered)'}`);
+}
 
 /** What events.replay(eventId, { handler }) made: a new job of that handler for that event. */
 export interface HandlerReplay {
@@ -22,17 +26,14 @@ export interface HandlerReplay {
  * deleted, so a transactional handler runs again rather than skip an event it already consumed.
  */
 export async function replayToHandler(driver: Driver, eventId: unknown, handler: unknown, now: Date | null): Promise<HandlerReplay> {
-  if (typeof eventId !== 'string' || !UUID.test(eventId)) throw new NotFoundError(`event ${JSON.stringify(eventId)}`);
+  if (!isUuid(eventId)) throw new NotFoundError(`event ${JSON.stringify(eventId)}`);
   if (typeof handler !== 'string' || handler === '') throw new OptionsError('events.replay.handler', 'must be a handler name');
   const id = eventId.toLowerCase();
   const r = await driver.operations.eventReplayToHandler({ eventId: id, handler, now });
   if (!r.found) throw new NotFoundError(`event ${id}`);
   if (r.poisoned) throw new BusStateError(`event ${id} is poisoned: requeue it (events.requeue, rea events requeue) and the relay delivers it to its handlers`);
   if (!r.fanned) throw new BusStateError(`event ${id} is not fanned out yet: the relay delivers it to its handlers`);
-  if (r.patterns === null) {
-    const names = (await driver.operations.handlerSchedules()).map((h) => `'${h.name}'`);
-    throw new NotFoundError(`handler ${JSON.stringify(handler)}`, `known handlers: ${names.length ? names.join(', ') : '(none registered)'}`);
-  }
+  if (r.patterns === null) throw await unknownHandler(driver, handler);
   if (!r.subscribes) throw new OptionsError('events.replay.handler', `handler '${handler}' does not subscribe to '${r.type}' (its patterns: ${r.patterns.join(', ')})`);
   if (r.waitingJobId !== null) {
     throw new BusStateError(`handler '${handler}' already has job ${r.waitingJobId} waiting or running for event ${id}: wait for it, or retry that job once it ends`);
@@ -71,10 +72,7 @@ export async function replayEventsToHandler(
     if (key in filter) throw new InvalidFilterError(key, 'is not a replay filter: a replay takes every fanned-out event that matches type, subject, traceId, since and until');
   }
   const p = eventListParams(filter as EventReplayFilter);
-  const known = (await driver.operations.handlerSchedules()).map((h) => h.name);
-  if (!known.includes(handler)) {
-    throw new NotFoundError(`handler ${JSON.stringify(handler)}`, `known handlers: ${known.length ? known.map((n) => `'${n}'`).join(', ') : '(none registered)'}`);
-  }
+  if (!(await driver.operations.handlerSchedules()).some((h) => h.name === handler)) throw await unknownHandler(driver, handler);
   const params = { typePattern: p.typePattern, subject: p.subject, traceId: p.traceId, minId: p.minId, maxId: p.maxId };
   const total: HandlerBulkReplay = { handler, replayed: 0, skipped: 0 };
   for (let afterId: string | null = null; ;) {
