@@ -105,6 +105,8 @@ async function runSystemFigure(figure: Figure, sys: System, rep: number) {
       case 'throughput': {
         const r = await throughput(sys, schema, SIZE.throughput, CONCURRENCY, SIZE.timeoutMs);
         put('throughput', sys.name, r.jobsPerSec);
+        put('first_job', sys.name, r.firstJobMs);
+        put('throughput_after_warmup', sys.name, r.afterWarmupJobsPerSec);
         put('peak_rss', sys.name, r.peakRssMB);
         put('rss_growth_while_working', sys.name, r.rssGrowthMB);
         if (r.serverCpuUsPerJob !== null) put('server_cpu_per_job', sys.name, r.serverCpuUsPerJob);
@@ -240,7 +242,7 @@ async function main() {
 }
 
 const UNITS: Record<string, string> = {
-  throughput: 'jobs/s', server_cpu_per_job: 'µs', worker_cpu_per_job: 'µs',
+  throughput: 'jobs/s', first_job: 'ms', throughput_after_warmup: 'jobs/s', server_cpu_per_job: 'µs', worker_cpu_per_job: 'µs',
   profile_fanout_wall: 'µs/row', profile_fanout_cpu: 'µs/row', profile_claim_wall: 'µs/row', profile_claim_cpu: 'µs/row', profile_complete_wall: 'µs/row', profile_complete_cpu: 'µs/row', profile_inlinefanout_wall: 'µs/row', profile_inlinefanout_cpu: 'µs/row', profile_leaninlinefanout_wall: 'µs/row', profile_leaninlinefanout_cpu: 'µs/row',
   peak_rss: 'MB', rss_growth_while_working: 'MB', latency_p50: 'ms', latency_p95: 'ms', latency_p99: 'ms', latency_max: 'ms',
   latency_offered_rate: 'jobs/s', enqueue_single: 'jobs/s', enqueue_plain_alongside: 'tx/s', enqueue_batch500: 'jobs/s',
@@ -249,7 +251,7 @@ const UNITS: Record<string, string> = {
   claim_small_history: 'ms', claim_large_history: 'ms',
 };
 const FIGURE_OF: Record<string, Figure> = {
-  throughput: 'throughput', server_cpu_per_job: 'throughput', worker_cpu_per_job: 'throughput',
+  throughput: 'throughput', first_job: 'throughput', throughput_after_warmup: 'throughput', server_cpu_per_job: 'throughput', worker_cpu_per_job: 'throughput',
   profile_fanout_wall: 'throughput', profile_fanout_cpu: 'throughput', profile_claim_wall: 'throughput', profile_claim_cpu: 'throughput', profile_complete_wall: 'throughput', profile_complete_cpu: 'throughput', profile_inlinefanout_wall: 'throughput', profile_inlinefanout_cpu: 'throughput', profile_leaninlinefanout_wall: 'throughput', profile_leaninlinefanout_cpu: 'throughput',
   peak_rss: 'throughput', rss_growth_while_working: 'throughput', latency_p50: 'latency', latency_p95: 'latency', latency_p99: 'latency',
   latency_max: 'latency', latency_offered_rate: 'latency', enqueue_single: 'enqueue', enqueue_plain_alongside: 'enqueue', enqueue_batch500: 'enqueue',
@@ -359,6 +361,7 @@ const NOTES = [
   'Every system runs on a fresh schema of the same database for every figure and repetition; the schema is dropped right after.',
   'rea runs as compiled JavaScript in every figure, as in production: tsc compiles src/ and bench/ into bench/.build/ at the start of the run, the harness (itself under tsx) imports that build, and the figure-1 children run it under plain node. Under the tsx loader rea\'s own files would be transformed in memory (esbuild wraps each named function in a __name call), and the peers\' published JavaScript would not.',
   'Figure 1: jobs are enqueued with each system\'s bulk API before the worker starts (rea: recordMany of 500, unfanned, so the relay\'s fan-out is inside the measurement). The worker runs in a child process; the clock runs from just before the worker is started until every handler has run and the database shows no unfinished job (graphile: no row left in _private_jobs; pg-boss: every job `completed`; rea: no unfanned event and no job available/running/retryable). The run fails unless every job ran exactly once (a per-seq counter, checked again 250 ms after the end) and, where the system keeps them, the database shows exactly N completed (rea: completed job rows plus events naming the handler in delivered_inline).',
+  'Figure 1, start-up against speed: `first_job` is the time from starting the worker to its first handler call; `throughput_after_warmup` the rate from the moment a tenth of the jobs had been handled until all were complete, leaving out start-up and warm-up (a new process meets unoptimised code, unprepared statements and unopened connections). Both are shown to explain figure 1, which is judged as the issue defines it.',
   'Figure 1, where the time goes: `server_cpu_per_job` is the PostgreSQL server\'s CPU (all its processes, from /proc) per job while the worker ran; it varies far less than the rates with the machine\'s load. `worker_cpu_per_job` is the worker process\'s own CPU (user + system, process.cpuUsage) per job. `profile_*` runs rea\'s statements alone over the same 20 000 events in rounds of 200 (bench/profile.ts): the three every job passes through by default (the relay\'s fan-out, the worker\'s claim, the batched completion) and `profile_inlinefanout`, the one statement (in its own transaction) an inline round runs instead of all three, and `profile_leaninlinefanout`, its lean form, which figure 1\'s rounds run (every event routes only to this process\'s inline handler: the claim, one update, routing once per event type); wall and server CPU per row. `npm run bench -- --only=throughput --explain` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of each (and `--only=claim --explain` of one figure-6 round on each side).',
   `rea: worker concurrency 8, relay.inlineMs ${reaInlineMs()}${reaInlineMs() > 0 ? ' (inline delivery, as the README advises for throughput; off by default)' : ' (no inline delivery: rea\'s default)'}, other options at their defaults, in figures 1, 2 and 7. graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.`,
   'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system, under plain node. `rss_growth_while_working` is peak minus the RSS just before the worker started.',
