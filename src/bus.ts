@@ -529,8 +529,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     wake() {
+      // New events need one relay, not every process's: when this process runs one, it is woken
+      // here and fans them out, and its fan-out wakes other processes' workers ('j') for the jobs
+      // they take. Waking their relays too would only set them racing it for the same rows (a
+      // round or a probe each, per wake-up, per process). Otherwise other processes must hear of it.
       if (state === 'started' && relayOptions.enabled !== false) relay.wake();
-      if (driver.capabilities.listenNotify) notifier('e');
+      else if (driver.capabilities.listenNotify) notifier('e');
     },
 
     async start() {

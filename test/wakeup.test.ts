@@ -220,6 +220,41 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
     expect(sent.filter((p) => !got.has(p))).toEqual([]);
   });
 
+  it('a process that runs a relay wakes it, not every other process\'s; their workers hear of the jobs it made', async () => {
+    const schema = freshSchema();
+    const listener = new pg.Client({ connectionString: PG_URL });
+    await listener.connect();
+    onTestFinished(() => listener.end());
+    await listener.query(`LISTEN "rea_${schema}"`);
+    const notes: string[] = [];
+    listener.on('notification', (m) => notes.push(m.payload ?? ''));
+
+    // Process A records and runs the relay; process B runs the handler and no relay.
+    const a = await testBus(postgresTarget, events, { schema, database: { postgres: PG_URL }, notifyDebounceMs: 0 });
+    const b = await testBus(postgresTarget, events, { schema, database: { postgres: PG_URL }, relay: { enabled: false }, notifyDebounceMs: 0 });
+    const handled: string[] = [];
+    let done!: () => void;
+    const allHandled = new Promise<void>((r) => (done = r));
+    b.on('order.created', 'ship', async (e) => {
+      handled.push(e.payload.orderNo);
+      if (handled.length === 3) done();
+    });
+    await a.start();
+    await b.start();
+
+    for (const orderNo of ['A1', 'A2', 'A3']) await a.transaction((tx) => a.record(tx, 'order.created', { orderNo }));
+    await allHandled;
+    // Every notification sent before this one has reached the listener by the time it does.
+    await listener.query(`select pg_notify('rea_${schema}', 'fence')`);
+    await new Promise<void>((resolve) => {
+      const look = () => (notes.includes('fence') ? resolve() : setTimeout(look, 5));
+      look();
+    });
+    expect(handled.sort()).toEqual(['A1', 'A2', 'A3']);
+    expect(notes).toContain('j');
+    expect(notes).not.toContain('e');
+  });
+
   it('a process is not woken by its own wake-ups, only by other sessions\' ones', async () => {
     const schema = freshSchema();
     const driver = new PostgresDriver({ connection: PG_URL, schema, poolSize: 2, onError: () => {} });
