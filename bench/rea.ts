@@ -14,6 +14,10 @@ const HANDLER = 'noop';
  * the worker children through the environment); RESULTS.md says which.
  */
 export const reaInlineMs = (): number => Number(process.env.REA_BENCH_INLINE_MS ?? 50);
+/** relay.batchSize for rea's workers in figures 1, 2 and 7: rea's default, or `--batch-size=N`. */
+export const reaBatchSize = (): number | undefined =>
+  process.env.REA_BENCH_BATCH_SIZE ? Number(process.env.REA_BENCH_BATCH_SIZE) : undefined;
+const workerRelay = () => ({ inlineMs: reaInlineMs(), ...(reaBatchSize() === undefined ? {} : { batchSize: reaBatchSize() }) });
 
 type Api = { createBus: (o: any) => any; defineEvents: (d: any) => any; z: typeof import('zod').z };
 let api: Api | null | undefined;
@@ -80,7 +84,7 @@ export const rea: System = {
 
   async startWorker(schema, concurrency, onJob): Promise<RunningWorker> {
     // Configured for throughput as the README advises: inline delivery (relay.inlineMs) on.
-    const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: reaInlineMs() } });
+    const bus = await makeBus(schema, { worker: { concurrency }, relay: workerRelay() });
     bus.on(REA_TYPE, HANDLER, async (event: any) => {
       onJob(event.payload.seq);
     }, { concurrency });
@@ -145,7 +149,7 @@ export const rea: System = {
  * `one` resolves right after that commit.
  */
 export async function reaLatencyBus(schema: string, concurrency: number, onJob: (seq: number) => void) {
-  const bus = await makeBus(schema, { worker: { concurrency }, relay: { inlineMs: reaInlineMs() } });
+  const bus = await makeBus(schema, { worker: { concurrency }, relay: workerRelay() });
   bus.on(REA_TYPE, HANDLER, async (event: any) => {
     onJob(event.payload.seq);
   }, { concurrency });

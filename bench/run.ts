@@ -10,7 +10,7 @@ import { profileStatements } from './profile.js';
 import { enqueue, latency, LATENCY_WARMUP_S, recordOverhead, throughput } from './figures.js';
 import { compiledWorkerChild } from './lib/compile.js';
 import { runStorageBench, storageMarkdown } from './storage.js';
-import { reaInlineMs, reaTxOverhead } from './rea.js';
+import { reaBatchSize, reaInlineMs, reaTxOverhead } from './rea.js';
 import { closeAdmin, dropSchema, ensureDatabase, median } from './lib/env.js';
 import type { System } from './lib/system.js';
 import { physicalRates } from './physical.js';
@@ -29,8 +29,8 @@ const args = process.argv.slice(2);
 const flag = (name: string) => args.find((a) => a === `--${name}` || a.startsWith(`--${name}=`));
 const value = (name: string) => flag(name)?.split('=').slice(1).join('=');
 for (const a of args) {
-  if (!/^--(quick|only|reps|out|explain|inline-ms)(=|$)/.test(a)) {
-    console.error(`unknown argument ${a}\nusage: npm run bench -- [--quick] [--explain] [--only=${FIGURES.join('|')}|memory[,…]] [--reps=N] [--out=path] [--inline-ms=N]`);
+  if (!/^--(quick|only|reps|out|explain|inline-ms|batch-size)(=|$)/.test(a)) {
+    console.error(`unknown argument ${a}\nusage: npm run bench -- [--quick] [--explain] [--only=${FIGURES.join('|')}|memory[,…]] [--reps=N] [--out=path] [--inline-ms=N] [--batch-size=N]`);
     process.exit(2);
   }
 }
@@ -43,6 +43,15 @@ if (flag('inline-ms')) {
     process.exit(2);
   }
   process.env.REA_BENCH_INLINE_MS = ms;
+}
+// rea's relay.batchSize in figures 1, 2 and 7 (rea's default, 200, unless given).
+if (flag('batch-size')) {
+  const n = value('batch-size') ?? '';
+  if (!/^[1-9]\d*$/.test(n)) {
+    console.error(`--batch-size takes a whole number of events per relay round, not '${n}'`);
+    process.exit(2);
+  }
+  process.env.REA_BENCH_BATCH_SIZE = n;
 }
 const quick = !!flag('quick');
 const explain = !!flag('explain'); // print EXPLAIN (ANALYZE, BUFFERS, WAL) of rea's per-job statements (figures 1 and 6)
@@ -363,7 +372,7 @@ const NOTES = [
   'Figure 1: jobs are enqueued with each system\'s bulk API before the worker starts (rea: recordMany of 500, unfanned, so the relay\'s fan-out is inside the measurement). The worker runs in a child process; the clock runs from just before the worker is started until every handler has run and the database shows no unfinished job (graphile: no row left in _private_jobs; pg-boss: every job `completed`; rea: no unfanned event and no job available/running/retryable). The run fails unless every job ran exactly once (a per-seq counter, checked again 250 ms after the end) and, where the system keeps them, the database shows exactly N completed (rea: completed job rows plus events naming the handler in delivered_inline).',
   'Figure 1, start-up against speed: `first_job` is the time from starting the worker to its first handler call; `throughput_after_warmup` the rate from the moment a tenth of the jobs had been handled until all were complete, leaving out start-up and warm-up (a new process meets unoptimised code, unprepared statements and unopened connections). Both are shown to explain figure 1, which is judged as the issue defines it.',
   'Figure 1, where the time goes: `server_cpu_per_job` is the PostgreSQL server\'s CPU (all its processes, from /proc) per job while the worker ran; it varies far less than the rates with the machine\'s load. `worker_cpu_per_job` is the worker process\'s own CPU (user + system, process.cpuUsage) per job. `profile_*` runs rea\'s statements alone over the same 20 000 events in rounds of 200 (bench/profile.ts): the three every job passes through by default (the relay\'s fan-out, the worker\'s claim, the batched completion) and `profile_inlinefanout`, the one statement (in its own transaction) an inline round runs instead of all three, and `profile_leaninlinefanout`, its lean form, which figure 1\'s rounds run (every event routes only to this process\'s inline handler: the claim, one update, routing once per event type); wall and server CPU per row. `npm run bench -- --only=throughput --explain` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of each (and `--only=claim --explain` of one figure-6 round on each side).',
-  `rea: worker concurrency 8, relay.inlineMs ${reaInlineMs()}${reaInlineMs() > 0 ? ' (inline delivery, as the README advises for throughput; off by default)' : ' (no inline delivery: rea\'s default)'}, other options at their defaults, in figures 1, 2 and 7. graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.`,
+  `rea: worker concurrency 8, relay.inlineMs ${reaInlineMs()}${reaInlineMs() > 0 ? ' (inline delivery, as the README advises for throughput; off by default)' : ' (no inline delivery: rea\'s default)'}${reaBatchSize() === undefined ? '' : `, relay.batchSize ${reaBatchSize()} (200 by default)`}, other options at their defaults, in figures 1, 2 and 7. graphile-worker: concurrency 8, maxPoolSize 10, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, useNodeTime, as https://worker.graphile.org/docs/performance advises. pg-boss: work() with batchSize 50, localConcurrency 8, burstWhenBatchFull, pollingIntervalSeconds 0.5 (its minimum), useListenNotify with a notify queue.`,
   'Figure 7: peak RSS of the figure-1 worker process: max of process.memoryUsage().rss sampled every 20 ms and the kernel\'s VmHWM. Each child loads only its own system, under plain node. `rss_growth_while_working` is peak minus the RSS just before the worker started.',
   'Figure 2: producer and worker in one process (one clock). A job is sent every 5 ms on a fixed grid, each in its own transaction on one of 8 connections (rea: bus.transaction + record); latency = handler start − the moment COMMIT returned. The first second at that rate (200 jobs) warms every system up and is not measured: the first events of a process meet uncompiled code, unprepared statements and unopened connections. The peers use the same configuration as figure 1.',
   'Figure 3: single = BEGIN, enqueue one job, COMMIT, back to back on 8 connections (graphile: add_job SQL; pg-boss: send() on the caller\'s client; rea: record() on the caller\'s client), alternated in chunks with figure 5\'s plain transaction on the same connections (`enqueue_plain_alongside`); target 3 is judged on single ÷ that plain rate (`record_single_vs_plain`), measured at the same moment. Batched = one transaction per 500 jobs (graphile add_jobs, pg-boss insert, rea recordMany), 8 connections.',
