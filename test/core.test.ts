@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { defineEvents } from '../src/index.js';
+import { defineEvents, exponentialBackoff, OptionsError } from '../src/index.js';
 import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({
@@ -87,6 +87,22 @@ describe('throttled wake-ups', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+describe('exponentialBackoff', () => {
+  it('refuses, by name, options that would give a negative or non-numeric delay', () => {
+    // Passed before, these gave NaN or negative delays: at every failure the worker logged the
+    // schedule as broken and fell back to the default one.
+    expect(() => exponentialBackoff({ baseMs: -5 })).toThrow(new OptionsError('exponentialBackoff.baseMs', 'a number of ms ≥ 0, not -5'));
+    expect(() => exponentialBackoff({ factor: 0.5 })).toThrow(new OptionsError('exponentialBackoff.factor', 'a number ≥ 1 (1: the same delay every time), not 0.5'));
+    expect(() => exponentialBackoff({ jitterMs: Number.NaN })).toThrow(new OptionsError('exponentialBackoff.jitterMs', 'a number of ms ≥ 0, not NaN'));
+    expect(() => exponentialBackoff({ maxMs: '60000' as unknown as number })).toThrow(new OptionsError('exponentialBackoff.maxMs', 'a number of ms ≥ 0, not "60000"'));
+    expect(() => exponentialBackoff({ random: 0.5 as unknown as () => number })).toThrow(new OptionsError('exponentialBackoff.random', 'a function returning a number in [0, 1)'));
+    expect(() => exponentialBackoff({ base: 1000 } as object)).toThrow(new OptionsError('exponentialBackoff.base', 'unknown option; known: baseMs, factor, jitterMs, maxMs, random'));
+    const fixed = exponentialBackoff({ baseMs: 1000, factor: 1, jitterMs: 0 });
+    expect([1, 2, 3].map(fixed)).toEqual([1000, 1000, 1000]);
+    expect(exponentialBackoff({ baseMs: 1000, factor: 2, jitterMs: 0, maxMs: 3000 })(5)).toBe(3000);
   });
 });
 

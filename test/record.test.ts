@@ -409,6 +409,19 @@ describe('registration', () => {
     // Past what a Node timer keeps, a delay fired after 1 ms; past 100 years, a window overflowed SQL's timestamps.
     expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { maxPollMs: 3e9 } })).toThrow(/invalid option createBus.relay.maxPollMs: at most 2147483647 ms/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, retention: { events: { olderThanMs: 1e15 } } })).toThrow(/invalid option createBus.retention.events.olderThanMs: .*100 years/);
+    // A poll floor above its ceiling: one was meant for the other. Named with the default it meets.
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { minPollMs: 500, maxPollMs: 100 } }))
+      .toThrow(new OptionsError('createBus.relay.minPollMs', 'minPollMs (500) must be at most maxPollMs (100): the interval grows from the one to the other while idle'));
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { minPollMs: 5000 } }))
+      .toThrow(new OptionsError('createBus.worker.minPollMs', 'minPollMs (5000) must be at most maxPollMs (1000, the default): the interval grows from the one to the other while idle'));
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { maxPollMs: 1 } }))
+      .toThrow(new OptionsError('createBus.worker.maxPollMs', 'minPollMs (2, the default) must be at most maxPollMs (1): the interval grows from the one to the other while idle'));
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { minPollMs: 100, maxPollMs: 100 } })).not.toThrow();
+    // A lease is the handler's timeout (up to 24 h) plus the margin, kept as a 32-bit number of ms:
+    // a margin near 2^31 passed, and start() failed on "integer out of range".
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 2_100_000_000 } }))
+      .toThrow(/invalid option createBus.worker.leaseMarginMs: at most 2061083647 ms, so that a handler's timeout \(up to 24 h\) plus this margin still fits a lease/);
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 2_061_083_647 } })).not.toThrow();
     await bus.stop();
   });
 });

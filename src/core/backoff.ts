@@ -1,4 +1,5 @@
 // Retry schedules. Handlers default to 5 s × 5^(n-1) plus 0–30 s of jitter, counted from the failure.
+import { OptionsError } from './errors.js';
 
 /** Delay in ms before the next attempt, given the attempt that just failed (1-based). */
 export type Backoff = (attempt: number) => number;
@@ -8,6 +9,7 @@ export const DEFAULT_HANDLER_BACKOFF_FACTOR = 5;
 export const DEFAULT_HANDLER_JITTER_MS = 30_000;
 
 export function exponentialBackoff(options: { baseMs?: number; factor?: number; jitterMs?: number; maxMs?: number; random?: () => number } = {}): Backoff {
+  checkBackoffOptions(options);
   const base = options.baseMs ?? DEFAULT_HANDLER_BACKOFF_BASE_MS;
   const factor = options.factor ?? DEFAULT_HANDLER_BACKOFF_FACTOR;
   const jitter = options.jitterMs ?? DEFAULT_HANDLER_JITTER_MS;
@@ -16,6 +18,31 @@ export function exponentialBackoff(options: { baseMs?: number; factor?: number; 
   const backoff: Backoff = (attempt) => Math.min(max, base * factor ** Math.max(0, attempt - 1)) + Math.floor(random() * jitter);
   upperBounds.set(backoff, (attempt) => Math.min(max, base * factor ** Math.max(0, attempt - 1)) + jitter);
   return backoff;
+}
+
+/**
+ * A schedule that would give a negative or non-numeric delay is refused where it is made: at
+ * every failure the worker would otherwise log it and fall back to the default schedule.
+ */
+function checkBackoffOptions(options: Record<string, unknown>): void {
+  if (options === null || typeof options !== 'object') throw new OptionsError('exponentialBackoff(options)', 'pass an object, e.g. { baseMs: 1000, factor: 2 }');
+  const known = new Set(['baseMs', 'factor', 'jitterMs', 'maxMs', 'random']);
+  for (const key of Object.keys(options)) {
+    if (!known.has(key)) throw new OptionsError(`exponentialBackoff.${key}`, `unknown option; known: ${[...known].join(', ')}`);
+  }
+  const number = (key: string, ok: (n: number) => boolean, want: string) => {
+    const v = options[key];
+    if (v !== undefined && !(typeof v === 'number' && Number.isFinite(v) && ok(v))) {
+      throw new OptionsError(`exponentialBackoff.${key}`, `${want}, not ${typeof v === 'number' ? v : JSON.stringify(v) ?? String(v)}`);
+    }
+  };
+  number('baseMs', (n) => n >= 0, 'a number of ms ≥ 0');
+  number('factor', (n) => n >= 1, 'a number ≥ 1 (1: the same delay every time)');
+  number('jitterMs', (n) => n >= 0, 'a number of ms ≥ 0');
+  number('maxMs', (n) => n >= 0, 'a number of ms ≥ 0');
+  if (options.random !== undefined && typeof options.random !== 'function') {
+    throw new OptionsError('exponentialBackoff.random', 'a function returning a number in [0, 1)');
+  }
 }
 
 // Retention keeps consume records as long as a redelivery is possible, so it needs the longest

@@ -169,6 +169,24 @@ const windowMs = z.union([z.literal(-1), positiveInt.max(MAX_WINDOW_MS, `at most
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
+/** The longest handler timeout (handlerOptionsSchema's timeoutMs). */
+const MAX_HANDLER_TIMEOUT_MS = 24 * 3600_000;
+
+/**
+ * A poll loop's interval grows from minPollMs to maxPollMs while idle: a floor above the ceiling
+ * is a mistake (one of them was meant for the other), named rather than silently capped.
+ */
+const pollBounds = (defaults: { minPollMs: number; maxPollMs: number }) => (o: { minPollMs?: number; maxPollMs?: number }, ctx: z.RefinementCtx) => {
+  const min = o.minPollMs ?? defaults.minPollMs;
+  const max = o.maxPollMs ?? defaults.maxPollMs;
+  if (min > max) {
+    ctx.addIssue({
+      code: 'custom', path: [o.minPollMs === undefined ? 'maxPollMs' : 'minPollMs'],
+      message: `minPollMs (${min}${o.minPollMs === undefined ? ', the default' : ''}) must be at most maxPollMs (${max}${o.maxPollMs === undefined ? ', the default' : ''}): the interval grows from the one to the other while idle`,
+    });
+  }
+};
+
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
   maxPayloadBytes: positiveInt.optional(),
@@ -183,7 +201,7 @@ export const busOptionsSchema = z.object({
     concurrency: positiveInt.max(16).optional(),
     handOff: z.boolean().optional(),
     inlineMs: nonNegInt.max(10_000).optional(),
-  }).strict().optional(),
+  }).strict().superRefine(pollBounds(DEFAULTS.relay)).optional(),
   worker: z.object({
     enabled: z.boolean().optional(),
     concurrency: positiveInt.max(10_000).optional(),
@@ -192,10 +210,11 @@ export const busOptionsSchema = z.object({
     completionFlushMs: nonNegInt.max(MAX_TIMER_MS).optional(),
     completionBatchSize: positiveInt.optional(),
     // The buffer gives a job back once it waited half this: below ~100 ms every claimed job would go straight back.
-    leaseMarginMs: nonNegInt.min(100).max(MAX_TIMER_MS).optional(),
+    // A lease is a handler's timeout plus this margin, stored as a 32-bit number of ms.
+    leaseMarginMs: nonNegInt.min(100).max(MAX_TIMER_MS - MAX_HANDLER_TIMEOUT_MS, `at most ${MAX_TIMER_MS - MAX_HANDLER_TIMEOUT_MS} ms, so that a handler's timeout (up to 24 h) plus this margin still fits a lease (at most ${MAX_TIMER_MS} ms)`).optional(),
     prefetch: nonNegInt.max(100_000).optional(),
     heartbeatMs: timerMs.optional(),
-  }).strict().optional(),
+  }).strict().superRefine(pollBounds(DEFAULTS.worker)).optional(),
   notifyDebounceMs: nonNegInt.max(MAX_TIMER_MS).optional(),
   leader: z.object({ ttlMs: timerMs.optional(), renewMs: timerMs.optional() }).strict().superRefine((leader, ctx) => {
     // A lease renewed less often than it expires lapses between renewals: another process takes
@@ -259,7 +278,7 @@ export const busOptionsSchema = z.object({
 
 export const handlerOptionsSchema = z.object({
   maxAttempts: positiveInt.max(1000).optional(),
-  timeoutMs: positiveInt.max(24 * 3600_000).optional(),
+  timeoutMs: positiveInt.max(MAX_HANDLER_TIMEOUT_MS).optional(),
   concurrency: positiveInt.optional(),
   coalesce: z.literal('subject').optional(),
   transactional: z.boolean().optional(),
