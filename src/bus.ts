@@ -24,7 +24,7 @@ import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
 import { eventListParams, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
-import { notifyChannel } from './drivers/postgres/common.js';
+import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
 import { evaluateAlerts, formatMs, type Alert, type AlertThresholds } from './admin/alerts.js';
@@ -130,7 +130,8 @@ export interface Bus<S extends EventSchemas> {
   readonly driver: Driver;
   readonly lifecycle: Lifecycle;
   readonly instanceId: string;
-  migrate(): Promise<{ applied: number[] }>;
+  /** Apply rea's migrations; `newer`: those of a newer rea already applied (logged as a warning). */
+  migrate(): Promise<{ applied: number[]; newer: number[] }>;
   on<P extends string>(patterns: P | readonly P[], name: string, fn: Handler<S, P>, options?: HandlerOptions): void;
   record<T extends EventType<S>>(tx: unknown, type: T, payload: PayloadInput<S, T>, options?: RecordOptions): Promise<string>;
   recordMany(tx: unknown, items: readonly RecordItem<S>[]): Promise<string[]>;
@@ -384,10 +385,19 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (isReaTransaction(tx)) noteRecorded(tx, rows.length);
   };
 
+  /** Migrations of a newer rea in the schema (none breaking, or it would have refused): said once per call. */
+  const warnNewer = (newer: number[]) => {
+    if (newer.length === 0) return;
+    log.warn(
+      { schema, newer_migrations: newer, known_up_to: LATEST_MIGRATION },
+      'a newer rea has migrated this schema; this older rea runs against it (none of its migrations is marked breaking), but upgrade it soon',
+    );
+  };
+
   async function startBus(): Promise<void> {
     // The first statements a started bus runs: a database that is down, or a schema missing or
     // behind on migrations, is named here, not in a warning from every poll.
-    await explained(driver.checkMigrated());
+    warnNewer((await explained(driver.checkMigrated())).newer);
     await explained(driver.executor.handlerUpsertMany(
       [...handlers.values()].map((h) => ({
         name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
@@ -455,7 +465,11 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     lifecycle,
     instanceId,
 
-    migrate: () => explained(driver.migrate()),
+    async migrate() {
+      const result = await explained(driver.migrate());
+      warnNewer(result.newer);
+      return result;
+    },
 
     on(patterns, name, fn, handlerOptions = {}) {
       if (state !== 'idle') throw new BusStateError(`bus.on('${name}') must be called before bus.start()`);

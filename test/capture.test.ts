@@ -47,7 +47,7 @@ async function openPostgres(): Promise<Db> {
       // runMigrations takes a transaction-scoped advisory lock, so it needs a transaction around it.
       await client.query('begin');
       try {
-        await runMigrations(client as unknown as Queryable, (sql) => client.query(sql), schema);
+        await runMigrations(client as unknown as Queryable, (sql) => client.query(sql), schema, 'the test database');
         await client.query('commit');
       } catch (err) {
         await client.query('rollback');
@@ -70,7 +70,7 @@ async function openPGlite(): Promise<Db> {
       await db.exec(sql);
     },
     migrate: async (schema) => {
-      await db.transaction((tx) => runMigrations(tx as unknown as Queryable, (sql) => tx.exec(sql), schema));
+      await db.transaction((tx) => runMigrations(tx as unknown as Queryable, (sql) => tx.exec(sql), schema, 'PGlite'));
     },
     close: async () => {
       if (!db.closed) await db.close();

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
-import { checkConnectionString, describeConnection } from '../src/drivers/postgres/common.js';
+import { checkConnectionString, describeConnection, LATEST_MIGRATION } from '../src/drivers/postgres/common.js';
 import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const SECRET = 's3cretpw';
@@ -364,6 +364,26 @@ describe('a database that cannot be used', () => {
     }
   });
 
+  it.skipIf(!postgresTarget.available)('rea migrate on a schema a newer rea migrated: notes it, or refuses by name', async () => {
+    const schema = freshSchema();
+    try {
+      expect(await rea('migrate', '--database-url', PG_URL, '--schema', schema)).toMatchObject({ code: 0 });
+      await postgresTarget.query(`insert into ${schema}.migrations (version, name) values (${LATEST_MIGRATION + 1}, 'from_the_future')`);
+      expect(await rea('migrate', '--database-url', PG_URL, '--schema', schema)).toEqual({
+        code: 0,
+        text: `already up to date\nnote: the schema also has migration ${LATEST_MIGRATION + 1} of a newer rea than this one; it runs against them, but upgrade it`,
+      });
+      const j = await rea('migrate', '--json', '--database-url', PG_URL, '--schema', schema);
+      expect(JSON.parse(j.text)).toEqual({ applied: [], newer: [LATEST_MIGRATION + 1] });
+      await postgresTarget.query(`alter table ${schema}.migrations add column breaking boolean not null default false; update ${schema}.migrations set breaking = true where version = ${LATEST_MIGRATION + 1}`);
+      const r = await rea('migrate', '--database-url', PG_URL, '--schema', schema);
+      expect(r.code).toBe(1);
+      expect(r.text).toMatch(new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`));
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
   it.skipIf(!postgresTarget.available)('not migrated: record() says so, in bus.transaction and on the caller\'s client, and the business write rolls back', async () => {
     const schema = freshSchema();
     const bus = createBus({ database: { postgres: PG_URL, poolSize: 2 }, events, schema });
@@ -434,5 +454,48 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
     const bus = createBus({ database: target.database(), events, schema: migrated.schema });
     await bus.start();
     await bus.stop();
+  });
+
+  test('a schema a newer rea migrated: warned about, or refused by name when a newer migration is marked breaking', async () => {
+    const migrated = await testBus(target, events);
+    const s = `"${migrated.schema}"`;
+    const warnings: { o: Record<string, unknown>; msg: string }[] = [];
+    const logger = { debug() {}, info() {}, error() {}, warn: (o: Record<string, unknown>, msg?: string) => void warnings.push({ o, msg: msg ?? '' }), child: () => logger };
+    // A migration this rea does not ship, as a newer rea leaves it (before any marks one breaking).
+    await target.query(`insert into ${s}.migrations (version, name) values (${LATEST_MIGRATION + 1}, 'from_the_future')`);
+    const bus = createBus({ database: target.database(), events, schema: migrated.schema, logger });
+    bus.on('note.saved', 'noop', () => {});
+    try {
+      expect(await bus.migrate()).toEqual({ applied: [], newer: [LATEST_MIGRATION + 1] });
+      await bus.start();
+      await bus.transaction((tx) => bus.record(tx, 'note.saved', { n: 1 }));
+      const newerWarnings = warnings.filter((w) => w.msg.startsWith('a newer rea has migrated this schema'));
+      expect(newerWarnings.map((w) => w.o)).toEqual([
+        { schema: migrated.schema, newer_migrations: [LATEST_MIGRATION + 1], known_up_to: LATEST_MIGRATION },
+        { schema: migrated.schema, newer_migrations: [LATEST_MIGRATION + 1], known_up_to: LATEST_MIGRATION },
+      ]);
+    } finally {
+      await bus.stop();
+    }
+
+    // A later rea adds the column that marks a migration breaking; this rea refuses to start, or
+    // to migrate, and names it.
+    await target.query(`alter table ${s}.migrations add column breaking boolean not null default false`);
+    await target.query(`insert into ${s}.migrations (version, name, breaking) values (${LATEST_MIGRATION + 2}, 'breaking_change', true)`);
+    const events0 = (await target.query<{ n: number }>(`select count(*)::int as n from ${s}.events`))[0]!.n;
+    const older = createBus({ database: target.database(), events, schema: migrated.schema, logger });
+    older.on('note.saved', 'noop', () => {});
+    try {
+      await expect(older.start()).rejects.toBeInstanceOf(DatabaseError);
+      await expect(older.migrate()).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'too-new' });
+      const err = await older.start().then(() => null, (e: unknown) => e as DatabaseError);
+      expect(err!.message).toMatch(new RegExp(`^schema "${migrated.schema}" of .* has migration ${LATEST_MIGRATION + 2} of a newer rea, which older versions must not run against \\(this rea knows migrations up to ${LATEST_MIGRATION}\\): run a rea at least as new as the one that migrated it$`));
+    } finally {
+      await older.stop();
+    }
+    // Nothing stored was touched.
+    expect((await target.query<{ n: number }>(`select count(*)::int as n from ${s}.events`))[0]!.n).toBe(events0);
+    expect((await target.query<{ version: number }>(`select version from ${s}.migrations where version > $1 order by version`, [LATEST_MIGRATION])).map((r) => r.version))
+      .toEqual([LATEST_MIGRATION + 1, LATEST_MIGRATION + 2]);
   });
 });

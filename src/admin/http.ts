@@ -91,6 +91,7 @@ const DATABASE_PROBLEM: Record<DatabaseError['kind'], string> = {
   'unreachable': 'the database does not answer; try again shortly',
   'refused': 'the database refused rea\'s connection',
   'not-migrated': "rea's tables are not in this schema yet: run the migrations",
+  'too-new': 'a newer rea migrated this schema in a way this rea must not run against: upgrade it',
 };
 
 /**

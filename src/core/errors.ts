@@ -89,11 +89,12 @@ export class BusStateError extends ReaError {
 
 /**
  * The database could not be used: `unreachable` (nothing answers there now: worth retrying),
- * `refused` (it answered no: authentication, a database that does not exist) or `not-migrated`
- * (rea's tables are missing from the schema). The driver's own error is the `cause`.
+ * `refused` (it answered no: authentication, a database that does not exist), `not-migrated`
+ * (rea's tables are missing from the schema) or `too-new` (a newer rea migrated the schema in a
+ * way this one must not run against). The driver's own error is the `cause`.
  */
 export class DatabaseError extends ReaError {
-  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated', message: string, options?: { cause?: unknown }) {
+  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated' | 'too-new', message: string, options?: { cause?: unknown }) {
     super('ERR_DATABASE', message, options);
   }
 }

@@ -298,9 +298,13 @@ export interface Driver {
   /** Retention, overview facts and job repair; see driver/operations.ts. */
   readonly operations: OperationsExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
-  migrate(): Promise<{ applied: number[] }>;
-  /** Throw DatabaseError('not-migrated') unless every migration this driver ships is applied. */
-  checkMigrated(): Promise<void>;
+  /** `newer`: migrations of a newer rea already applied (a breaking one makes it throw DatabaseError('too-new')). */
+  migrate(): Promise<{ applied: number[]; newer: number[] }>;
+  /**
+   * Throw DatabaseError('not-migrated') unless every migration this driver ships is applied, or
+   * DatabaseError('too-new') when a newer rea applied one marked breaking; `newer`: the others.
+   */
+  checkMigrated(): Promise<{ newer: number[] }>;
   /** Run fn in a transaction on one of rea's own connections. */
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */

@@ -47,12 +47,11 @@ export class PGliteDriver implements Driver {
     this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema), (fn) => this.transaction(fn));
   }
 
-  async migrate(): Promise<{ applied: number[] }> {
-    const applied = await this.db.transaction((tx) => runMigrations(tx as unknown as Queryable, (text) => tx.exec(text), this.schema));
-    return { applied };
+  migrate(): Promise<{ applied: number[]; newer: number[] }> {
+    return this.db.transaction((tx) => runMigrations(tx as unknown as Queryable, (text) => tx.exec(text), this.schema, this.where));
   }
 
-  checkMigrated(): Promise<void> {
+  checkMigrated(): Promise<{ newer: number[] }> {
     return checkMigrated(this.db as unknown as Queryable, this.schema, this.where);
   }
 

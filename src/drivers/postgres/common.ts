@@ -18,13 +18,38 @@ export function quoteSchema(schema: string): string {
   return `"${schema}"`;
 }
 
-/** Apply pending migrations inside one transaction that holds an advisory lock, so concurrent migrators queue. */
-export async function runMigrations(q: Queryable, exec: (sql: string) => Promise<unknown>, schema: string): Promise<number[]> {
+/** The newest migration this rea ships. */
+export const LATEST_MIGRATION = Math.max(...migrations.map((mig) => mig.version));
+
+type AppliedMigration = { version: number; breaking: boolean };
+
+/**
+ * Migrations applied to the schema that this rea does not ship: a newer rea migrated it (a
+ * rolling deploy, a rollback). Most leave the tables usable by older code, which then runs and
+ * is warned about it; a migration a later rea marks `breaking` (older code would corrupt or
+ * misread what it changed) makes this one refuse, naming it. A rollback past one needs the newer
+ * rea, or a restore.
+ */
+function newerMigrations(rows: AppliedMigration[], schema: string, where: string): number[] {
+  const newer = rows.filter((r) => r.version > LATEST_MIGRATION);
+  const breaking = newer.filter((r) => r.breaking).map((r) => r.version);
+  if (breaking.length > 0) {
+    throw new DatabaseError('too-new', `schema "${schema}" of ${where} has migration${breaking.length > 1 ? 's' : ''} ${breaking.join(', ')} of a newer rea, which older versions must not run against (this rea knows migrations up to ${LATEST_MIGRATION}): run a rea at least as new as the one that migrated it`);
+  }
+  return newer.map((r) => r.version);
+}
+
+/**
+ * Apply pending migrations inside one transaction that holds an advisory lock, so concurrent
+ * migrators queue. `newer`: migrations of a newer rea already there (see newerMigrations).
+ */
+export async function runMigrations(q: Queryable, exec: (sql: string) => Promise<unknown>, schema: string, where: string): Promise<{ applied: number[]; newer: number[] }> {
   const s = quoteSchema(schema);
   await q.query(m.lock, [schema]);
   await q.query(m.createSchema(s));
   await q.query(m.createTable(s));
-  const { rows } = await q.query<{ version: number }>(m.applied(s));
+  const { rows } = await q.query<AppliedMigration>(m.applied(s));
+  const newer = newerMigrations(rows, schema, where);
   const done = new Set(rows.map((r) => r.version));
   const applied: number[] = [];
   for (const migration of migrations) {
@@ -37,25 +62,28 @@ export async function runMigrations(q: Queryable, exec: (sql: string) => Promise
     await q.query(m.insert(s), [migration.version, migration.name]);
     applied.push(migration.version);
   }
-  return applied;
+  return { applied, newer };
 }
 
 /**
  * Throw DatabaseError('not-migrated') unless every migration this rea ships is applied to the
  * schema: started on a schema that is missing or behind, the relay and workers would only log
  * "relation does not exist" on every poll. `where` describes the server without its password.
+ * Returns the migrations of a newer rea found there (see newerMigrations).
  */
-export async function checkMigrated(q: Queryable, schema: string, where: string): Promise<void> {
-  let rows: { version: number }[];
+export async function checkMigrated(q: Queryable, schema: string, where: string): Promise<{ newer: number[] }> {
+  let rows: AppliedMigration[];
   try {
-    rows = (await q.query<{ version: number }>(m.applied(quoteSchema(schema)))).rows;
+    rows = (await q.query<AppliedMigration>(m.applied(quoteSchema(schema)))).rows;
   } catch (err) {
     throw explainPostgresError(err, schema, where);
   }
   const done = new Set(rows.map((r) => r.version));
   const missing = migrations.filter((mig) => !done.has(mig.version)).map((mig) => mig.version);
-  if (missing.length === 0) return;
-  throw new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks rea's migration${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: run the migrations first (rea migrate, or bus.migrate())`);
+  if (missing.length > 0) {
+    throw new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks rea's migration${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: run the migrations first (rea migrate, or bus.migrate())`);
+  }
+  return { newer: newerMigrations(rows, schema, where) };
 }
 
 export function notifyChannel(schema: string): string {

@@ -88,12 +88,11 @@ export class PostgresDriver implements Driver {
     this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s, (fn) => this.transaction(fn));
   }
 
-  async migrate(): Promise<{ applied: number[] }> {
-    const applied = await this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema));
-    return { applied };
+  migrate(): Promise<{ applied: number[]; newer: number[] }> {
+    return this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema, this.where));
   }
 
-  checkMigrated(): Promise<void> {
+  checkMigrated(): Promise<{ newer: number[] }> {
     return checkMigrated(this.pool as unknown as Queryable, this.schema, this.where);
   }
 

@@ -485,6 +485,10 @@ create table if not exists ${s}.migrations (
   name       text not null,
   applied_at timestamptz not null default now()
 )`,
-  applied: (s: string) => /* sql */ `select version from ${s}.migrations order by version`,
+  // breaking: a column a later rea adds (as to_jsonb reads it, absent is false) to mark a
+  // migration that an older rea must not run against; see newerMigrations.
+  applied: (s: string) => /* sql */ `
+select version, coalesce((to_jsonb(t) ->> 'breaking')::boolean, false) as breaking
+from ${s}.migrations t order by version`,
   insert: (s: string) => /* sql */ `insert into ${s}.migrations (version, name) values ($1, $2)`,
 };
