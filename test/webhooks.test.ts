@@ -587,6 +587,12 @@ describeTargets('webhooks on $name', (target) => {
       expect(Date.now() - t0).toBeLessThan(200 + 1_000 + 1_000 + CLOSE_WAIT_MS + 1_500);
     } finally {
       await locker.query('rollback').catch(() => {});
+      // The statements the stop left waiting on the lock now run and end. Until they have, the
+      // schema's cleanup (drop … cascade) could deadlock with them: wait for them first.
+      const busy = `select count(*)::int as n from pg_stat_activity
+                    where pid <> pg_backend_pid() and state <> 'idle' and query like '%"${bus.schema}".%'`;
+      const deadline = Date.now() + 10_000;
+      while ((await locker.query(busy)).rows[0].n > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       await locker.end();
     }
   });
