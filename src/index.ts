@@ -5,7 +5,7 @@ export { defineEvents } from './core/events.js';
 export type { EventCatalog, EventSchemas, EventType, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent } from './core/events.js';
 export {
   BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, ModuleLoadError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
-  PayloadValidationError, PermanentError, ReaError, RetryAfterError, UnknownEventTypeError, UnsupportedTransactionError,
+  PayloadValidationError, PermanentError, ReaError, RetryAfterError, TransactionError, UnknownEventTypeError, UnsupportedTransactionError,
   permanent, retryAfter,
 } from './core/errors.js';
 export type { PayloadIssue, ReaErrorCode } from './core/errors.js';

@@ -225,9 +225,12 @@ describeTargets('delivery on $name', (target) => {
     const bus = await testBus(target, events);
     const s = bus.schema;
     await target.query(`create table "${s}".side_effects (note text)`);
+    const refused: string[] = [];
     bus.on('audit.logged', 'self-rollback', async (e, ctx) => {
       await ctx.tx!.query(`insert into "${s}".side_effects values ($1)`, [`${e.payload.note}:${ctx.attempt}`]);
-      if (ctx.attempt === 1) await ctx.tx!.query('rollback');
+      // Through ctx.tx.query it is refused before it is sent; on the raw handle it goes.
+      if (ctx.attempt === 1) await ctx.tx!.query('rollback').catch((err: Error) => void refused.push(err.name));
+      if (ctx.attempt === 1) await (ctx.tx!.raw as { query(sql: string): Promise<unknown> }).query('rollback');
     }, { transactional: true, backoff: quickBackoff });
     await bus.start();
     const failed = bus.lifecycle.waitFor('job:failed');
@@ -240,6 +243,7 @@ describeTargets('delivery on $name', (target) => {
     const [job] = await bus.jobs.forEvent(id);
     expect(job).toMatchObject({ state: 'completed', attempt: 2 });
     expect(job!.errors.map((x) => x.name)).toEqual(['HandlerTransactionEndedError']);
+    expect(refused).toEqual(['TransactionError']);
   });
 
   test('priority: a higher-priority job claimed together with lower ones starts first', async () => {

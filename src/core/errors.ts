@@ -14,6 +14,7 @@ export type ReaErrorCode =
   | 'ERR_MODULE'
   | 'ERR_NOT_FOUND'
   | 'ERR_INVALID_FILTER'
+  | 'ERR_TRANSACTION'
   /** The rea command line was wrong (the CLI's UsageError). */
   | 'ERR_USAGE';
 
@@ -98,6 +99,23 @@ export class DatabaseError extends ReaError {
     super('ERR_DATABASE', message, options);
   }
 }
+
+/**
+ * bus.transaction() could not commit what its callback did, and says so instead of reporting
+ * success: `aborted` (a statement failed and its error was caught inside the callback, so
+ * PostgreSQL had already rolled the transaction back; its COMMIT would have answered ROLLBACK
+ * and nothing would have been stored) or `ended` (the callback ended the transaction itself, a
+ * COMMIT or ROLLBACK on tx.raw; what ran after it ran outside any transaction). `control`:
+ * tx.query was given a statement that begins or ends a transaction, and did not send it.
+ */
+export class TransactionError extends ReaError {
+  constructor(readonly kind: 'aborted' | 'ended' | 'control', message: string, cause?: unknown) {
+    super('ERR_TRANSACTION', message, cause === undefined ? undefined : { cause });
+  }
+}
+
+/** TransactionError('aborted')'s message, for every driver. */
+export const ABORTED_TRANSACTION = 'a statement of this transaction failed and its error was caught inside the callback: PostgreSQL rolled the whole transaction back, so nothing of it was stored; let the error through, or put that statement in a savepoint (SAVEPOINT s … ROLLBACK TO SAVEPOINT s) to go on after it';
 
 /** A module the CLI was told to load (rea run, retention run --module) failed to import or to build its bus. */
 export class ModuleLoadError extends ReaError {

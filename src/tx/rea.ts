@@ -1,6 +1,22 @@
 // The transaction object bus.transaction() hands to its callback: business writes go through
 // tx.query, and record(tx, …) recognises it without any adapter.
+import { TransactionError } from '../core/errors.js';
 import type { EventInsert, Queryable } from '../driver/types.js';
+
+/**
+ * A statement that begins or ends a transaction (ROLLBACK TO a savepoint excepted), after any
+ * leading whitespace and comments. Through tx.query it would end rea's transaction half way: a
+ * COMMIT stores what came before it and leaves the rest to run outside any transaction.
+ */
+const TRANSACTION_CONTROL = /^(?:\s+|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(begin|start\s+transaction|commit|end|abort|prepare\s+transaction|rollback(?!\s+(?:work\s+|transaction\s+)?to\b))\b/i;
+
+/** Throw TransactionError('control') for a statement tx.query must not send (see TRANSACTION_CONTROL). */
+export function refuseTransactionControl(sql: string): void {
+  const m = TRANSACTION_CONTROL.exec(sql);
+  if (!m) return;
+  const statement = m[1]!.replace(/\s+/g, ' ').toUpperCase();
+  throw new TransactionError('control', `tx.query('${statement} …') refused: rea begins and ends this transaction itself (bus.transaction() and a transactional handler's ctx.tx commit when the callback returns, and roll back when it throws); to undo part of it, use a savepoint (SAVEPOINT s … ROLLBACK TO SAVEPOINT s)`);
+}
 
 const REA_TX = Symbol.for('rea.transaction');
 const REA_RAW = Symbol('rea.transaction.raw');
@@ -52,6 +68,7 @@ export function makeTransaction(q: Queryable, raw: unknown, state: TransactionSt
     },
     query: async (sql: string, params?: unknown[]) => {
       if (!state.open) throw new Error('this rea transaction has already ended; use the tx only inside its callback');
+      if (typeof sql === 'string') refuseTransactionControl(sql);
       if (state.flushing) await state.flushing;
       if (state.pending?.length) await state.flush!(state.pending.splice(0));
       return q.query(sql, params);

@@ -3,12 +3,16 @@
 import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
+import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
 import { checkMigrated, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
 import { PostgresOperationsExecutor } from '../postgres/executor-operations.js';
 import { postgresStatements } from '../postgres/sql.js';
+
+/** What PGlite throws when its COMMIT was answered with ROLLBACK (the transaction had aborted). */
+const PGLITE_ROLLED_BACK = 'Transaction was rolled back instead of committed';
 
 export interface PGliteDriverOptions {
   /** A data directory (created if missing), 'memory://' for in-memory, or a PGlite instance the application owns. */
@@ -65,6 +69,13 @@ export class PGliteDriver implements Driver {
       const pending = options?.pendingEvents?.() ?? [];
       if (pending.length) await this.executor.eventInsertMany(tx as unknown as Queryable, pending);
       return result;
+    }).catch((err: unknown) => {
+      // A statement that failed and was caught inside the callback aborted the transaction: every
+      // later one is refused (25P02), or PGlite finds its COMMIT answered with ROLLBACK.
+      if ((err as { code?: string })?.code === '25P02' || (err as Error)?.message === PGLITE_ROLLED_BACK) {
+        throw new TransactionError('aborted', ABORTED_TRANSACTION, err);
+      }
+      throw err;
     });
   }
 

@@ -1,5 +1,6 @@
 // The PostgreSQL driver on node-postgres: a pool for rea's own work, a dedicated connection for LISTEN.
 import pg from 'pg';
+import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
@@ -18,6 +19,20 @@ export interface PostgresDriverOptions {
   /** Pool size when rea creates the pool. */
   poolSize: number;
   onError: (err: Error, where: string) => void;
+}
+
+/**
+ * The server's transaction status after the connection's last statement, from the protocol's
+ * ReadyForQuery: 'I' idle, 'T' in a transaction, 'E' failed. Undefined where the client does not
+ * say (pg-native), and then nothing is checked.
+ */
+function transactionStatus(client: pg.PoolClient): string | undefined {
+  const c = client as unknown as { getTransactionStatus?: () => string | null };
+  return c.getTransactionStatus?.() ?? undefined;
+}
+
+function abortedTransaction(cause?: unknown): TransactionError {
+  return new TransactionError('aborted', ABORTED_TRANSACTION, cause);
 }
 
 /** How long close() waits for connections still busy once rea's own work has stopped. */
@@ -109,13 +124,22 @@ export class PostgresDriver implements Driver {
     try {
       await client.query('BEGIN');
       const result = await fn(preparedQueryable(client, this.hot), client);
+      // Ended inside the callback (a COMMIT on tx.raw): sent now, the events would be stored
+      // on their own, outside it. A successful statement's reply comes with the connection's
+      // status, so this is known by now.
+      if (transactionStatus(client) === 'I') {
+        throw new TransactionError('ended', 'the transaction ended inside the callback (a COMMIT or ROLLBACK sent on tx.raw, e.g. by an ORM that began a transaction of its own on it): the statements after it ran outside any transaction, each committed on its own, and rea committed nothing more');
+      }
       // Deferred events travel with COMMIT in one simple-protocol query: if the insert fails, the
       // transaction is aborted, COMMIT never runs, and the error reaches the caller. A bulk
       // recordMany goes in statements of bounded size first; its last part travels with COMMIT.
       const chunks = eventChunks(options?.pendingEvents?.() ?? []);
       const last = chunks.pop();
       for (const chunk of chunks) await this.executor.eventInsertMany(preparedQueryable(client, this.hot), chunk);
-      await client.query(last ? `${this.eventInsertLiteral(last)};\ncommit` : 'COMMIT');
+      // A statement that failed and was caught inside the callback has aborted the transaction:
+      // the events' insert is then refused (25P02, below), and a bare COMMIT answers ROLLBACK, no error.
+      const committed = await client.query(last ? `${this.eventInsertLiteral(last)};\ncommit` : 'COMMIT') as pg.QueryResult | pg.QueryResult[];
+      if ((Array.isArray(committed) ? committed.at(-1) : committed)?.command === 'ROLLBACK') throw abortedTransaction();
       return result;
     } catch (err) {
       if (options?.aborted?.()) {
@@ -132,7 +156,8 @@ export class PostgresDriver implements Driver {
       } catch (rollbackErr) {
         broken = rollbackErr as Error; // the connection is gone; do not return it to the pool
       }
-      throw err;
+      // Refused because an earlier statement failed and its error was caught in the callback.
+      throw (err as { code?: string })?.code === '25P02' ? abortedTransaction(err) : err;
     } finally {
       client.off('error', onError);
       client.release(broken);
