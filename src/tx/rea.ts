@@ -11,7 +11,7 @@ import type { EventInsert, Queryable } from '../driver/types.js';
 const TRANSACTION_CONTROL = /^(?:\s+|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(begin|start\s+transaction|commit|end|abort|prepare\s+transaction|rollback(?!\s+(?:work\s+|transaction\s+)?to\b))\b/i;
 
 /** Throw TransactionError('control') for a statement tx.query must not send (see TRANSACTION_CONTROL). */
-export function refuseTransactionControl(sql: string): void {
+function refuseTransactionControl(sql: string): void {
   const m = TRANSACTION_CONTROL.exec(sql);
   if (!m) return;
   const statement = m[1]!.replace(/\s+/g, ' ').toUpperCase();
