@@ -537,6 +537,41 @@ describeTargets('delivery on $name', (target) => {
     expect(rows.every((r) => r.attempt === 0)).toBe(true);
   });
 
+  test('a claim still in flight when stop() began cannot take back the jobs the stop just returned to the queue', async () => {
+    // The stop's failure write made the aborted job retryable (due now) before a claim sent
+    // earlier reached the server: it waited for a pool connection, and pg's pool lets a new
+    // request past its waiters while a connection it dropped (an aborted transactional handler's)
+    // closes. That claim took the job and, the worker stopping, released it: 'available', its
+    // retry bounced. Here the claim is held back in the process, as the pool's queue held it.
+    const bus = await testBus(target, events, { worker: { minPollMs: 5, maxPollMs: 10 } });
+    const started = deferred();
+    bus.on('order.created', 'stuck', () => {
+      started.resolve();
+      return new Promise(() => {}); // ignores ctx.signal
+    }, { timeoutMs: 60_000 });
+    bus.on('order.paid', 'other', () => {}); // a target with room: the worker keeps claiming for it
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C' }));
+    await started.promise;
+    const executor = bus.driver.executor;
+    const claim = executor.jobClaim.bind(executor);
+    const held = deferred();
+    const gate = deferred();
+    executor.jobClaim = async (p) => {
+      held.resolve();
+      await gate.promise;
+      return claim(p);
+    };
+    await held.promise;
+    const stopped = bus.stop({ timeoutMs: 50 });
+    // The abort comes at 50 ms; its failure is written unless it waits for the claim.
+    await Promise.race([bus.lifecycle.waitFor('job:failed'), new Promise((r) => setTimeout(r, 300))]);
+    gate.resolve();
+    await stopped;
+    const rows = await target.query(`select state, attempt, errors->0->>'name' as err from "${bus.schema}".jobs where event_id = $1`, [id]);
+    expect(rows).toEqual([{ state: 'retryable', attempt: 0, err: 'WorkerStoppingError' }]);
+  });
+
   test('stop() waits for running handlers, then aborts those past its timeout and returns them to the queue', async () => {
     const bus = await testBus(target, events);
     let finished = 0;

@@ -66,6 +66,12 @@ export class Worker {
   private bufferTimer: NodeJS.Timeout | undefined;
   /** Set by beginStop(): aborts the jobs still running when the stop's timeout has passed. */
   private stopDeadline: NodeJS.Timeout | undefined;
+  /**
+   * Set by beginStop(): the claim loop has ended. Failures and releases written during a stop wait
+   * for it: a claim sent before the stop (waiting for a connection) would otherwise find the jobs
+   * they return to the queue, due now, claim them and release them again unrun.
+   */
+  private claimsEnded: Promise<void> | undefined;
   /** Completions per second, smoothed; sizes the prefetch buffer. */
   private rate = 0;
   private rateWindowStart = performance.now();
@@ -113,6 +119,7 @@ export class Worker {
       flushMs: options.completionFlushMs,
       maxBatch: options.completionBatchSize,
       write: async (items) => {
+        await this.claimsEnded;
         await driver.executor.jobReleaseMany({ jobs: items.map((j) => ({ id: j.id, attempt: j.attempt })) });
         deps.lifecycle.emit('jobs:released', { jobIds: items.map((j) => j.id) });
       },
@@ -122,6 +129,7 @@ export class Worker {
       flushMs: options.completionFlushMs,
       maxBatch: options.completionBatchSize,
       write: async (items) => {
+        await this.claimsEnded;
         await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() });
         for (const item of items) this.emitFailed(item.job, item.failure, item.discarded);
       },
@@ -145,6 +153,7 @@ export class Worker {
     this.stopping = false;
     this.accepting = true;
     this.stopDeadline = undefined;
+    this.claimsEnded = undefined;
     this.loop.start();
   }
 
@@ -170,6 +179,7 @@ export class Worker {
     if (this.stopDeadline) return;
     this.stopping = true;
     this.accepting = false;
+    this.claimsEnded = this.loop.stop();
     this.stopDeadline = setTimeout(() => {
       for (const a of this.active.values()) a.abort.abort(new WorkerStoppingError());
     }, timeoutMs);
@@ -178,7 +188,7 @@ export class Worker {
   /** Stop claiming, let running handlers finish for up to timeoutMs (from beginStop), abort the rest, write outcomes. */
   async stop(timeoutMs: number): Promise<void> {
     this.beginStop(timeoutMs);
-    await this.loop.stop();
+    await this.claimsEnded;
     clearTimeout(this.bufferTimer);
     this.bufferTimer = undefined;
     // Jobs claimed ahead but never started go straight back to the queue for another process.
