@@ -103,6 +103,26 @@ describeTargets('webhooks on $name', (target) => {
     expect(() => new Webhook(rotated.secret).verify(second.body, second.headers)).toThrow();
   });
 
+  test('rotateSecret refuses a grace period too long to store, by name', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    // Before, 1e20 ms reached PostgreSQL, which answered "interval out of range" (a raw DatabaseError).
+    for (const graceMs of [1e20, 101 * 365 * DAY]) {
+      const err = await bus.endpoints.rotateSecret(ep.id, { graceMs }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OptionsError);
+      expect((err as OptionsError).message).toMatch(/endpoints\.rotateSecret\.graceMs: must be an integer from 0 to \d+ \(ms, 100 years\)/);
+    }
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ secretHint: ep.secretHint });
+    // 100 years is still a grace period rea stores and honours.
+    const rotated = await bus.endpoints.rotateSecret(ep.id, { graceMs: 100 * 365 * DAY });
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    const seen = await r.nth(1);
+    expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    expect(new Webhook(ep.secret).verify(seen.body, seen.headers)).toBeTruthy();
+    expect(new Webhook(rotated.secret).verify(seen.body, seen.headers)).toBeTruthy();
+  });
+
   test('a failure retries after attempt⁴ s ±10 % with the same webhook-id; the endpoint turns failing, then enabled on success', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver((_q, res, n) => res.writeHead(n === 1 ? 500 : 200).end(n === 1 ? 'db down' : 'ok'));

@@ -5,6 +5,7 @@ import { BusStateError, NotFoundError, OptionsError, UnknownEventTypeError } fro
 import { storable } from '../../core/errors-format.js';
 import { patternMatches } from '../../core/events.js';
 import { isJobId } from '../../core/job-id.js';
+import { MAX_WINDOW_MS } from '../../core/options.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import { uuidv7 } from '../../core/uuid.js';
 import type { Driver } from '../../driver/types.js';
@@ -209,7 +210,11 @@ export function createWebhookApi(
     async rotateSecret(id, options = {}) {
       checkId(id);
       const graceMs = options.graceMs ?? settings.secretGraceMs;
-      if (!Number.isInteger(graceMs) || graceMs < 0) throw new OptionsError('endpoints.rotateSecret.graceMs', 'must be an integer ≥ 0 (ms)');
+      // Bounded like webhooks.secretGraceMs: a longer grace overflowed the expiry timestamp in SQL,
+      // and the rotation failed with PostgreSQL's "interval out of range" instead of a named error.
+      if (!Number.isInteger(graceMs) || graceMs < 0 || graceMs > MAX_WINDOW_MS) {
+        throw new OptionsError('endpoints.rotateSecret.graceMs', `must be an integer from 0 to ${MAX_WINDOW_MS} (ms, 100 years), got ${graceMs}`);
+      }
       const secret = newSecret('endpoints.rotateSecret.secret', options.secret);
       const row = found(await w.endpointRotateSecret({ id, secret, secretHint: secretHint(secret), graceMs, now: now() }), id);
       return { ...row, secret };
