@@ -142,6 +142,24 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     const json = await rea('endpoints', 'attempts', id, '--json', ...db);
     expect(JSON.parse(json.out)[0].responseExcerpt).toBe('\x1b[2J\x1b]0;owned\x07\x1b[32mall good\x1b[0m');
   });
+
+  it('list, update and disable never send control characters of a description or a disable reason to the terminal', async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema];
+    const ep = await (await import('../src/index.js')).createBus({ database: { postgres: PG_URL }, schema: bus.schema, events, webhooks: { allowPrivateNetworks: true } });
+    onTestFinished(() => ep.stop());
+    // Set through the API (or the panel), which take any storable text; read by an operator's CLI.
+    const { id } = await ep.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.created'], description: 'shop\x1b[2J\x1b]0;owned\x07' });
+    await ep.endpoints.disable(id, { reason: 'moved\x1b[8mhidden\x1b[0m' });
+    const listed = await rea('endpoints', 'list', ...db);
+    expect(listed.out).toContain('shop·[2J·]0;owned·');
+    expect(listed.out).toContain('moved·[8mhidden·[0m');
+    const disabled = await rea('endpoints', 'disable', id, ...db);
+    const updated = await rea('endpoints', 'update', id, '--events', 'order.created', ...db);
+    expect(listed.out + disabled.out + updated.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
+    const json = await rea('endpoints', 'list', '--json', ...db);
+    expect(JSON.parse(json.out)[0]).toMatchObject({ description: 'shop\x1b[2J\x1b]0;owned\x07', disabledReason: 'moved\x1b[8mhidden\x1b[0m' });
+  });
 });
 
 describe('endpoints CLI on a PGlite data directory', () => {
