@@ -659,7 +659,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       async retry(target) {
         let ids: string[];
         if (Array.isArray(target)) {
-          ids = await driver.operations.jobRetry({ ids: checkJobIds(target, 'jobs.retry(ids)'), now: clock.now() });
+          ids = await driver.operations.jobRetry({ ids: checkJobIds(target, 'jobs.retry(ids)'), webhookMaxAttempts: webhookSettings.maxAttempts, now: clock.now() });
         } else {
           const t = target as { state?: unknown; handler?: unknown } | null;
           if (!t || (t.state !== 'discarded' && t.state !== 'cancelled')) {
@@ -668,7 +668,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           if (t.handler !== undefined && (typeof t.handler !== 'string' || t.handler === '')) throw new OptionsError('jobs.retry.handler', 'must be a handler name');
           // A mistyped name would otherwise retry nothing, and say nothing.
           if (t.handler !== undefined && !(await driver.operations.handlerKnown({ name: t.handler as string }))) throw await unknownHandler(driver, t.handler);
-          ids = await driver.operations.jobRetry({ state: t.state, handler: t.handler as string | undefined, now: clock.now() });
+          ids = await driver.operations.jobRetry({
+            state: t.state, handler: t.handler as string | undefined, webhookMaxAttempts: webhookSettings.maxAttempts, now: clock.now(),
+          });
         }
         if (ids.length > 0) {
           if (state === 'started' && workerOptions.enabled !== false) worker.wake();

@@ -1,7 +1,20 @@
 import { describe, it, expect } from 'vitest';
+import { attemptInAllowance } from '../src/channels/webhook/channel.js';
 import { parseRetryAfter, webhookRetryDelayMs, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_MAX_RETRY_AFTER_MS } from '../src/channels/webhook/retry.js';
 
 describe('webhook retry schedule', () => {
+  it('counts attempts from the start of the current allowance: a retried delivery starts its schedule again', () => {
+    expect([1, 5, 17].map((attempt) => attemptInAllowance({ attempt, maxAttempts: 18 }, 18))).toEqual([1, 5, 17]);
+    // Retried at 18 of 18 (now 36), then at 36 of 36 (now 54); retried part way, at 3 (now 21).
+    expect([19, 35].map((attempt) => attemptInAllowance({ attempt, maxAttempts: 36 }, 18))).toEqual([1, 17]);
+    expect(attemptInAllowance({ attempt: 40, maxAttempts: 54 }, 18)).toBe(4);
+    expect(attemptInAllowance({ attempt: 4, maxAttempts: 21 }, 18)).toBe(1);
+    // Made under a larger webhooks.maxAttempts (25): never past its own count, never below 1.
+    expect([1, 7, 8, 25].map((attempt) => attemptInAllowance({ attempt, maxAttempts: 25 }, 18))).toEqual([1, 7, 1, 18]);
+    // Under a smaller one (10): counted as made.
+    expect(attemptInAllowance({ attempt: 9, maxAttempts: 10 }, 18)).toBe(9);
+  });
+
   it('waits attempt⁴ seconds with no jitter at the midpoint', () => {
     const mid = { random: () => 0.5 };
     expect([1, 2, 3, 10, 17].map((n) => webhookRetryDelayMs(n, mid))).toEqual([1_000, 16_000, 81_000, 10_000_000, 83_521_000]);

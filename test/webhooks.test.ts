@@ -210,6 +210,36 @@ describeTargets('webhooks on $name', (target) => {
     expect(job!.errors.map((e) => e.message)).toEqual(['HTTP 429; Retry-After 0 s', 'HTTP 503; Retry-After 0 s', 'HTTP 429; Retry-After 1 s']);
   });
 
+  test('a retried delivery gets webhooks.maxAttempts more attempts on the attempt⁴ schedule from its start, however often it is retried (injected clock)', async () => {
+    const clock = new ManualClock(Date.UTC(2025, 5, 1, 8));
+    const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, maxAttempts: 2 } });
+    const r = await receiver((_q, res) => res.writeHead(500).end('still down'));
+    await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    // Attempt 1 of an allowance waits 1 s ±10 %, attempt 2 of 2 is the last.
+    const runAllowance = async (first: number, max: number) => {
+      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.attempt === first);
+      const discarded = bus.lifecycle.waitFor('job:discarded', (e) => e.attempt === first + 1);
+      const f = await failed;
+      const delay = f.retryAt!.getTime() - clock.now().getTime();
+      expect(delay, `attempt ${first} of ${max}`).toBeGreaterThanOrEqual(900);
+      expect(delay, `attempt ${first} of ${max}`).toBeLessThanOrEqual(1_100);
+      clock.advance(delay);
+      return discarded;
+    };
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'RT' }));
+    const first = await runAllowance(1, 2);
+    // Before, the retried job's next wait was attempt⁴ of its running count (3⁴ s = 81 s, then 5⁴ s…,
+    // 19⁴ s = 36 h with the default 18), and each retry doubled the allowance (2, 4, 8…).
+    for (const [from, max] of [[3, 4], [5, 6]] as const) {
+      expect(await bus.jobs.retry([first.jobId])).toEqual([first.jobId]);
+      await runAllowance(from, max);
+      const [job] = await bus.jobs.forEvent(eventId);
+      expect(job).toMatchObject({ state: 'discarded', attempt: max, maxAttempts: max });
+    }
+    expect(r.received).toHaveLength(6);
+  });
+
   test('410 Gone disables the endpoint at once, discards the delivery, and fan-out skips it afterwards', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver((_q, res) => res.writeHead(410).end('unsubscribed'));

@@ -87,8 +87,11 @@ export interface OperationsExecutor {
   /** Whether a bus registered the handler, or jobs of it are still stored (it was forgotten since). */
   handlerKnown(params: { name: string }): Promise<boolean>;
 
-  /** Reschedule final, unsuccessful jobs now with a fresh allowance of attempts; returns the ids changed. */
-  jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]>;
+  /**
+   * Reschedule final, unsuccessful jobs now with a fresh allowance of attempts: a handler's current
+   * maxAttempts, `webhookMaxAttempts` for a webhook delivery; returns the ids changed.
+   */
+  jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]>;
   /**
    * A new job of handler `handler` for a stored event (events.replay), unless one of it still
    * waits or runs for that event; its consume record is deleted. What was found, for the caller's

@@ -164,6 +164,18 @@ async function attempt(
   return { result, stateChangedTo };
 }
 
+/**
+ * Which attempt of its allowance `job` is on, for the attempt⁴ schedule. A retried delivery
+ * (bus.jobs.retry) keeps its attempt count and gets `allowance` (webhooks.maxAttempts) more on
+ * top, so its schedule starts again at 1 s: counted on, attempt 19 of a retried delivery waited
+ * 19⁴ s (36 h) and its last ones weeks. A job made under a larger webhooks.maxAttempts than this
+ * process's reads as retried part way; its waits then restart early, they never grow.
+ */
+export function attemptInAllowance(job: Pick<ClaimedJob, 'attempt' | 'maxAttempts'>, allowance: number): number {
+  const before = job.maxAttempts - allowance;
+  return before > 0 && job.attempt > before ? job.attempt - before : job.attempt;
+}
+
 export class WebhookChannel implements JobChannel {
   readonly kind = 'webhook' as const;
 
@@ -187,7 +199,7 @@ export class WebhookChannel implements JobChannel {
   }
 
   backoffMs(job: ClaimedJob): number {
-    return webhookRetryDelayMs(job.attempt, { maxAttempts: Math.max(job.maxAttempts, job.attempt + 1) }) ?? 0;
+    return webhookRetryDelayMs(attemptInAllowance(job, this.settings.maxAttempts), { maxAttempts: Number.MAX_SAFE_INTEGER }) ?? 0;
   }
 
   timeoutMessage(_job: ClaimedJob, timeoutMs: number): string {

@@ -132,13 +132,13 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     return rows.map((r) => ({ name: r.name, maxAttempts: r.max_attempts, leaseMs: r.lease_ms }));
   }
 
-  async jobRetry(p: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]> {
+  async jobRetry(p: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]> {
     if (p.ids) {
       if (p.ids.length === 0) return [];
-      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByIds, [p.ids, p.now]);
+      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByIds, [p.ids, p.now, p.webhookMaxAttempts]);
       return rows.map((r) => r.id as string).sort(byNumber);
     }
-    const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null]);
+    const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, p.webhookMaxAttempts]);
     return rows.map((r) => r.id as string).sort(byNumber);
   }
 

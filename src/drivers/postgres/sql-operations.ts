@@ -63,14 +63,16 @@ select count(*)::int as n from victims`;
   const capped = (from: string, where: string) => /* sql */ `(select count(*) from (select 1 from ${from} where ${where} limit $1) x)::int`;
 
   // A retried job keeps its attempt counter (so a late completion from a long-dead attempt can
-  // never match the new one) and gets the handler's current allowance on top of it. Jobs whose
-  // event retention already removed are left alone: they could only fail again.
+  // never match the new one) and gets the handler's current allowance on top of it; a webhook
+  // delivery gets webhooks.maxAttempts (`webhookMax`, a parameter): its own max_attempts is the
+  // total of every allowance so far, and taken as the allowance it doubled with each retry. Jobs
+  // whose event retention already removed are left alone: they could only fail again.
   //
   // The event is locked (for key share) so that an events retention pass either sees the job
   // waiting or has deleted the event before this finds it (see retentionLockEvents).
-  const jobRetry = (filter: string) => /* sql */ `
+  const jobRetry = (filter: string, webhookMax: string) => /* sql */ `
 with picked as (
-  select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
+  select j.id, coalesce(h.max_attempts, case when j.kind = 'webhook' then ${webhookMax}::int end, j.max_attempts) as allowance
   from ${s}.jobs j
   join ${s}.events e on e.id = j.event_id
   left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
@@ -295,8 +297,8 @@ with waiting as (
 )
 select (select count(*) from inserted)::int as replayed, (select count(*) from waiting)::int as skipped`,
 
-    jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`),
-    jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or (j.kind = 'handler' and j.target = $3))`),
+    jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`, '$3'),
+    jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or (j.kind = 'handler' and j.target = $3))`, '$4'),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it
     // cancelled would be a lie. The claim locks the row first, so the two never both win.
