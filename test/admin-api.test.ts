@@ -431,6 +431,29 @@ describeTargets('admin API on $name', (target) => {
     expect(await page('state=discarded&handler=mailer')).toMatch(/name="handler" value="mailer"/);
   });
 
+  test('the endpoints pages offer Disable for a failing endpoint too, and Enable only where there is something to clear', async () => {
+    const { bus, s } = await setup(target);
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'] });
+    const form = (action: string) => new RegExp(`<form method="post" action="/api/endpoints/${ep.id}/${action}"`);
+    const pages = async () => Promise.all(['/endpoints', `/endpoints/${ep.id}`].map(async (path) => (await call(s.url, 'GET', path, { headers: bearer() })).text));
+    for (const page of await pages()) {
+      expect(page).toMatch(form('disable'));
+      expect(page).not.toMatch(form('enable'));
+    }
+    // Failing, as after a failed delivery; before, its only state button was "Mark healthy".
+    await target.query(`update "${bus.schema}".endpoints set state = 'failing', failing_since = now() where id = $1`, [ep.id]);
+    for (const page of await pages()) {
+      expect(page).toMatch(form('disable'));
+      expect(page).toMatch(form('enable'));
+      expect(page).toContain('Mark healthy');
+    }
+    await bus.endpoints.disable(ep.id);
+    for (const page of await pages()) {
+      expect(page).not.toMatch(form('disable'));
+      expect(page).toContain('Re-enable');
+    }
+  });
+
   test('endpoints: create returns the secret once; list, get, disable, enable, rotate, test and the attempt log', async () => {
     const { bus, s } = await setup(target, { start: true, handlers: false });
     const received: string[] = [];

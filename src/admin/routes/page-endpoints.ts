@@ -34,8 +34,12 @@ ${table(['URL', 'Event types', 'State', 'Failing since', 'Disabled reason', 'Sec
   },
 });
 
+// A failing endpoint is the one an operator most often wants to stop, so it offers Disable as well
+// as Mark healthy (before, it offered only the latter, and stopping it took the API or the CLI).
 export function endpointActions(p: Parameters<typeof actionButton>[0], e: EndpointView, returnTo: string) {
-  return html`${e.state === 'enabled'
+  return html`${e.state !== 'enabled'
+    ? actionButton(p, `/api/endpoints/${e.id}/enable`, e.state === 'disabled' ? 'Re-enable' : 'Mark healthy', { returnTo, kind: 'primary' })
+    : ''}${e.state !== 'disabled'
     ? actionButton(p, `/api/endpoints/${e.id}/disable`, 'Disable', { returnTo, confirm: `Disable ${e.url}? Fan-out will skip it.`, kind: 'danger' })
-    : actionButton(p, `/api/endpoints/${e.id}/enable`, e.state === 'disabled' ? 'Re-enable' : 'Mark healthy', { returnTo, kind: 'primary' })}${actionButton(p, `/api/endpoints/${e.id}/rotate`, 'Rotate secret', { returnTo, confirm: 'Rotate the signing secret? The old one keeps working for the grace period.' })}${actionButton(p, `/api/endpoints/${e.id}/test`, 'Send test', { returnTo })}${actionButton(p, `/api/endpoints/${e.id}/delete`, 'Delete', { returnTo: '/endpoints', confirm: `Delete ${e.url}, its secrets and its waiting deliveries? There is no undo (Disable keeps it).`, kind: 'danger' })}`;
+    : ''}${actionButton(p, `/api/endpoints/${e.id}/rotate`, 'Rotate secret', { returnTo, confirm: 'Rotate the signing secret? The old one keeps working for the grace period.' })}${actionButton(p, `/api/endpoints/${e.id}/test`, 'Send test', { returnTo })}${actionButton(p, `/api/endpoints/${e.id}/delete`, 'Delete', { returnTo: '/endpoints', confirm: `Delete ${e.url}, its secrets and its waiting deliveries? There is no undo (Disable keeps it).`, kind: 'danger' })}`;
 }
