@@ -122,4 +122,21 @@ describe('webhook signatures', () => {
       }),
     ).toBe(true);
   });
+
+  it('verifyPayload never throws: a parsed body, missing headers or secrets are false; the raw bytes verify', () => {
+    const secret = generateSecret();
+    const body = '{"x":"é"}';
+    const headers = signPayload({ msgId: 'dlv_4', timestamp: now(), body, secrets: [secret] });
+    expect(verifyPayload({ headers: { ...headers }, body: Buffer.from(body, 'utf8'), secrets: [secret] })).toBe(true);
+    // Before, each of these threw a TypeError (ERR_INVALID_ARG_TYPE from the HMAC, or from Object.entries).
+    const bad: unknown[] = [
+      { headers: { ...headers }, body: JSON.parse(body), secrets: [secret] },
+      { headers: { ...headers }, body: undefined, secrets: [secret] },
+      { headers: undefined, body, secrets: [secret] },
+      { headers: { ...headers }, body, secrets: undefined },
+      { headers: { ...headers }, body, secrets: secret },
+      undefined,
+    ];
+    for (const input of bad) expect(verifyPayload(input as never)).toBe(false);
+  });
 });

@@ -30,8 +30,9 @@ function checkIdAndTimestamp(msgId: string, timestamp: number): void {
   if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new OptionsError('timestamp', `must be whole unix seconds ≥ 0, got ${timestamp}`);
 }
 
-function sign(key: Buffer, msgId: string, timestamp: number, body: string): string {
-  return createHmac('sha256', key).update(`${msgId}.${timestamp}.`, 'utf8').update(body, 'utf8').digest('base64');
+function sign(key: Buffer, msgId: string, timestamp: number, body: string | Uint8Array): string {
+  const hmac = createHmac('sha256', key).update(`${msgId}.${timestamp}.`, 'utf8');
+  return (typeof body === 'string' ? hmac.update(body, 'utf8') : hmac.update(body)).digest('base64');
 }
 
 export function signPayload(input: SignInput): SignedHeaders {
@@ -49,7 +50,8 @@ export function signPayload(input: SignInput): SignedHeaders {
 
 export interface VerifyInput {
   headers: Readonly<Record<string, string | string[] | undefined>>;
-  body: string;
+  /** The raw body as received: a string, or its bytes (a Buffer). */
+  body: string | Uint8Array;
   secrets: readonly string[];
   /** Unix seconds; defaults to the current time. */
   now?: number;
@@ -64,6 +66,11 @@ export const DEFAULT_VERIFY_TOLERANCE_SECONDS = 5 * 60;
  * signature matches any secret and the timestamp is fresh. Never throws on bad input.
  */
 export function verifyPayload(input: VerifyInput): boolean {
+  // A body parsed to an object (a JSON body parser ran first), missing headers or secrets: false,
+  // not a TypeError from deep inside the HMAC or Object.entries in the receiver's request handler.
+  if (input === null || typeof input !== 'object') return false;
+  if (typeof input.body !== 'string' && !(input.body instanceof Uint8Array)) return false;
+  if (input.headers === null || typeof input.headers !== 'object' || !Array.isArray(input.secrets)) return false;
   const header = (name: string): string | undefined => {
     for (const [k, v] of Object.entries(input.headers)) if (k.toLowerCase() === name) return Array.isArray(v) ? v[0] : v;
     return undefined;
