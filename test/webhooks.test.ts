@@ -307,6 +307,26 @@ describeTargets('webhooks on $name', (target) => {
     expect(await bus.events.attempts(eventId)).toEqual([]);
   });
 
+  test('a job queued before its endpoint stopped subscribing to the type is discarded without a request', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    const [created, paid] = await bus.transaction((tx) => bus.recordMany(tx, [
+      { type: 'order.created' as const, payload: { orderNo: 'N' } },
+      { type: 'order.paid' as const, payload: { orderNo: 'N', amount: 1 } },
+    ]));
+    await bus.relayOnce();
+    // The receiver must not get order.created any more; before, its queued delivery still went out.
+    await bus.endpoints.update(ep.id, { eventTypes: ['order.paid'] });
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    const completed = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+    await bus.start();
+    expect(await discarded).toMatchObject({ eventId: created, error: `endpoint ${ep.id} no longer subscribes to 'order.created'` });
+    expect((await completed).eventId).toBe(paid);
+    expect(r.received.map((x) => JSON.parse(x.body).type)).toEqual(['order.paid']);
+    expect(await bus.events.attempts(created!)).toEqual([]);
+  });
+
   test('while an endpoint is failing, its new deliveries are scheduled 5 minutes out', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver((_q, res) => res.writeHead(500).end());

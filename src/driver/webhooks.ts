@@ -26,6 +26,8 @@ export interface EndpointForDelivery {
   id: string;
   url: string;
   state: EndpointState;
+  /** The patterns it subscribes to now. */
+  eventTypes: string[];
   /** Active secrets, newest first. */
   secrets: string[];
 }

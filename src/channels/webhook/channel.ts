@@ -4,6 +4,7 @@
 import { appNow, type Clock } from '../../core/clock.js';
 import { permanent, retryAfter } from '../../core/errors.js';
 import { storable } from '../../core/errors-format.js';
+import { patternMatches } from '../../core/events.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import type { LazyLogger } from '../../core/logger.js';
 import type { JobAbort } from '../../worker/abort.js';
@@ -219,6 +220,11 @@ export class WebhookChannel implements JobChannel {
     if (!endpoint) throw permanent(new Error(`endpoint ${job.target} no longer exists`));
     // Queued before its endpoint was disabled: the owner asked for silence; resend once it is enabled.
     if (endpoint.state === 'disabled') throw permanent(new Error(`endpoint ${job.target} is disabled`));
+    // Queued before its eventTypes were narrowed: a receiver only ever gets the types it takes now
+    // (resend and replay refuse the others); before, every queued retry still went out.
+    if (!endpoint.eventTypes.some((p) => patternMatches(p, job.event.type))) {
+      throw permanent(new Error(`endpoint ${job.target} no longer subscribes to '${job.event.type}'`));
+    }
     const webhookId = webhookIdFor(job.event.id, job.id);
     const { result } = await attempt(this.driver, this.settings, this.deps, {
       endpointId: endpoint.id, url: endpoint.url, secrets: endpoint.secrets, envelope: envelopeOf(job.event),

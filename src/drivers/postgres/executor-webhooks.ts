@@ -60,7 +60,7 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
   async endpointGetForDelivery(p: { id: string; now: Date | null }): Promise<EndpointForDelivery | null> {
     const { rows } = await this.pool.query<Row>(this.sql.endpointGetForDelivery, [p.id, p.now]);
     const r = rows[0];
-    return r ? { id: r.id, url: r.url, state: r.state, secrets: r.secrets as string[] } : null;
+    return r ? { id: r.id, url: r.url, state: r.state, eventTypes: r.event_types as string[], secrets: r.secrets as string[] } : null;
   }
 
   async endpointDisableFailing(p: { failingForMs: number; reason: string; limit: number; now: Date | null }): Promise<string[]> {

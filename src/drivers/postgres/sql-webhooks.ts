@@ -90,7 +90,7 @@ with gone as (
 select (select count(*) from gone)::int as deleted, (select count(*) from cancelled)::int as cancelled`,
 
     endpointGetForDelivery: /* sql */ `
-select id::text as id, url, state,
+select id::text as id, url, state, event_types,
        coalesce((select jsonb_agg(x->>'secret' order by ord)
                  from jsonb_array_elements(secrets) with ordinality as t(x, ord)
                  where ${ACTIVE('coalesce($2::timestamptz, now())')}), '[]'::jsonb) as secrets
