@@ -314,6 +314,38 @@ describeTargets('admin API on $name', (target) => {
     expect(page.text).toContain('invalid parameter state');
   });
 
+  // PostgreSQL refuses a NUL in a text parameter; these reached it and came back as a 500 with
+  // pg's stack in the log (the panel's events and jobs pages too).
+  test('a NUL in a text filter or a handler name is a 400 naming the parameter, not a 500', async () => {
+    const { s } = await setup(target);
+    const logged: unknown[] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m));
+    onTestFinished(() => spy.mockRestore());
+    const event = '00000000-0000-7000-8000-000000000000';
+    const cases: [string, string, string, unknown?][] = [
+      ['GET', '/api/events?subject=a%00b', 'subject'],
+      ['GET', '/api/events?traceId=%00', 'traceId'],
+      ['GET', '/api/jobs?handler=mailer%00', 'handler'],
+      ['POST', '/api/jobs/retry', 'handler', { state: 'discarded', handler: 'mailer\u0000' }],
+      ['POST', `/api/events/${event}/replay`, 'handler', { handler: 'mailer\u0000' }],
+      ['POST', '/api/events/replay', 'handler', { handler: '\u0000' }],
+      ['POST', '/api/events/replay', 'subject', { handler: 'mailer', subject: 'a\u0000' }],
+    ];
+    for (const [method, path, parameter, body] of cases) {
+      const r = await call(s.url, method, path, { headers: bearer(), body });
+      expect(r.status, `${method} ${path}`).toBe(400);
+      expect(r.json.error.parameter, `${method} ${path}`).toBe(parameter);
+      expect(r.json.error.message, `${method} ${path}`).toMatch(/NUL/);
+    }
+    const cookie = await login(s.url);
+    for (const path of ['/events?subject=%00', '/jobs?handler=%00']) {
+      const page = await call(s.url, 'GET', path, { headers: { cookie } });
+      expect(page.status, path).toBe(400);
+      expect(page.text, path).toMatch(/invalid filter (subject|handler): holds a NUL/);
+    }
+    expect(logged).toEqual([]);
+  });
+
   test('events: list with filters and cursor, one event with its jobs, requeue of a real poisoned event', async () => {
     const { bus, s } = await setup(target, { start: true });
     const done = bus.lifecycle.waitFor('job:completed');
