@@ -54,6 +54,12 @@ describe('createAdminHandler options', () => {
       expect(() => createAdminHandler(bus, { auth: { token: 'short' } })).toThrow(/auth\.token/);
       expect(() => createAdminHandler(bus, { auth: { username: 'ops', password: 'x' } })).toThrow(/auth\.password/);
       expect(() => createAdminHandler(bus, { auth: 'none' })).not.toThrow();
+      // No client can send a token's newline (a secret file's), so it could never be matched.
+      expect(() => createAdminHandler(bus, { auth: { token: `${TOKEN}\n` } })).toThrow(/auth\.token: holds whitespace/);
+      process.env.REA_ADMIN_TOKEN = `${TOKEN}\n`;
+      expect(() => createAdminHandler(bus)).toThrow(/^invalid option REA_ADMIN_TOKEN: holds whitespace/);
+      process.env.REA_ADMIN_TOKEN = 'short';
+      expect(() => createAdminHandler(bus)).toThrow(/^invalid option REA_ADMIN_TOKEN: must be a string of at least 16/);
       process.env.REA_ADMIN_TOKEN = TOKEN;
       expect(() => createAdminHandler(bus)).not.toThrow();
       expect(() => createAdminHandler(bus, { basePath: 'admin' })).toThrow(/basePath/);

@@ -21,6 +21,19 @@ describe('rea panel', () => {
     await expect(startPanel({ ...base, port: 'x' })).rejects.toMatchObject({ code: 'ERR_USAGE', field: '--port' });
   });
 
+  // A token from a secret file often ends in a newline: no Bearer header or login form can send
+  // it, so every request was 401 'wrong credentials'. A short one was named auth.token, an
+  // option the operator never set.
+  it('a token with a trailing newline, or too short, is refused naming its variable, never echoing it', async () => {
+    process.env.REA_TEST_PANEL_TOKEN = `${TOKEN}\n`;
+    const err = await startPanel({ ...base }).then(() => null, (e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ERR_OPTIONS', field: 'REA_TEST_PANEL_TOKEN' });
+    expect((err as Error).message).toMatch(/^invalid option REA_TEST_PANEL_TOKEN: holds whitespace \(a trailing newline/);
+    expect((err as Error).message).not.toContain(TOKEN);
+    process.env.REA_TEST_PANEL_TOKEN = 'short';
+    await expect(startPanel({ ...base })).rejects.toMatchObject({ field: 'REA_TEST_PANEL_TOKEN', message: expect.stringMatching(/at least 16 characters/) });
+  });
+
   it('a port already in use is a usage error naming the port and --port, not a bare EADDRINUSE', async () => {
     const taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));

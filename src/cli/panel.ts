@@ -3,7 +3,7 @@
 import { createServer } from 'node:http';
 import { Command } from 'commander';
 import { createAdminHandler } from '../admin/handler.js';
-import { isLoopbackHost, type AdminAuth } from '../admin/auth.js';
+import { isLoopbackHost, resolveAuth, type AdminAuth } from '../admin/auth.js';
 import type { AdminBus } from '../admin/route.js';
 import { OptionsError } from '../core/errors.js';
 import { adminBus } from './admin-bus.js';
@@ -53,6 +53,9 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
   if (noAuth && !isLoopbackHost(flags.host)) throw new OptionsError('--host', `--no-auth only binds a loopback address (127.0.0.1, ::1, localhost), not ${flags.host}`);
   const token = process.env[flags.tokenEnv];
   if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
+  // Checked here, so a token that is too short or holds a newline is named by its variable, not
+  // by createAdminHandler's option (auth.token), which the operator never set.
+  const auth: AdminAuth = noAuth ? 'none' : resolveAuth({ token: token! }, process.env, flags.tokenEnv);
   const bus = adminBus(flags);
   try {
     // Bind the port first, so a port in use is said at once rather than after the database has
@@ -61,7 +64,7 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
     // still starting down (its check gives up after 2 s). A server that is down or does not answer
     // within OPEN_WAIT_MS is no reason not to serve: the panel and /healthz say so.
     const opened = openWithin(bus, OPEN_WAIT_MS);
-    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! }, ready: opened })
+    const panel = await servePanel(bus, { port, host: flags.host, auth, ready: opened })
       .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
     await opened;
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
