@@ -215,6 +215,40 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', '/login', { form: { token: TOKEN }, headers: { origin: 'https://evil.example' } })).status).toBe(403);
   });
 
+  // A raw non-ASCII character is no valid Location header: Node threw ERR_INVALID_CHAR, and the
+  // login (or the form) answered 500. Dot segments are read by the browser: '/.//evil.example'
+  // is '//evil.example', another host, once a notice is added to it.
+  test('next and _return come back as a local, percent-encoded Location: never a 500, never another host', async () => {
+    const { s } = await setup(target);
+    const origin = s.url;
+    const loginTo = async (next: string) => (await call(s.url, 'POST', '/login', { form: { token: TOKEN, next }, headers: { origin } }));
+    const cases: [string, string][] = [
+      ['/events?subject=müller', '/events?subject=m%C3%BCller'],
+      ['/日本', '/%E6%97%A5%E6%9C%AC'],
+      ['/.//evil.example/x', '/'],
+      ['/a/..//evil.example', '/'],
+      ['/\\evil.example', '/'],
+    ];
+    for (const [next, location] of cases) {
+      const r = await loginTo(next);
+      expect(r.status, next).toBe(303);
+      expect(r.headers.location, next).toBe(location);
+    }
+    // The login page carries next on, as the form will post it.
+    const page = await call(s.url, 'GET', `/login?next=${encodeURIComponent('/jobs?handler=café')}`);
+    expect(page.text).toContain('name="next" value="/jobs?handler=caf%C3%A9"');
+
+    const cookie = await login(s.url);
+    const csrf = csrfFrom((await call(s.url, 'GET', '/', { headers: { cookie } })).text);
+    const back = async (_return: string) => (await call(s.url, 'POST', '/api/events/requeue', { form: { poisoned: 'true', _csrf: csrf, _return }, headers: { cookie, origin } }));
+    const encoded = await back('/jobs?handler=日');
+    expect(encoded.status).toBe(303);
+    expect(encoded.headers.location).toMatch(/^\/jobs\?handler=%E6%97%A5&notice=Requeued/);
+    const dotted = await back('/.//evil.example');
+    expect(dotted.status).toBe(303);
+    expect(dotted.headers.location).toMatch(/^\/\?notice=Requeued/);
+  });
+
   test('a cookie that is not valid percent-encoding is skipped: it neither breaks a request nor hides the session', async () => {
     const { s } = await setup(target);
     // Another application on the same host may set any cookie; decodeURIComponent threw on this

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { Authenticator, isLoopbackAddress, isLoopbackHost, parseCookies, requestOrigin, resolveAuth, SESSION_COOKIE, type AdminAuth, type Principal } from './auth.js';
-import { errorResponse, forbidden, HttpError, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
+import { errorResponse, forbidden, HttpError, localPath, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
 import { layout, html, type PageContext } from './html.js';
 import { AdminMetrics } from './metrics.js';
 import type { AdminBus, Route, RouteContext, RouteResult } from './route.js';
@@ -201,8 +201,7 @@ function send(res: ServerResponse, result: RouteResult, formReturn: string | nul
 
 /** Where a panel form goes back to: its `_return` field, a path inside the admin only. */
 function returnPath(body: Body, base: string): string {
-  const r = body.kind === 'form' ? body.value.get('_return') : null;
-  return base + (r && /^\/(?![/\\])[^\s]*$/.test(r) ? r : '/');
+  return base + (localPath(body.kind === 'form' ? body.value.get('_return') : null) ?? '/');
 }
 
 function returnPathFromRequest(req: IncomingMessage, base: string): string | null {
@@ -213,7 +212,7 @@ function returnPathFromRequest(req: IncomingMessage, base: string): string | nul
     if (u.host !== req.headers.host || !u.pathname.startsWith(base)) return null;
     u.searchParams.delete(NOTICE);
     u.searchParams.delete(NOTICE_SIG);
-    return u.pathname + u.search;
+    return localPath(u.pathname + u.search);
   } catch {
     return null;
   }
