@@ -144,6 +144,26 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
   });
 });
 
+describe.skipIf(!postgresTarget.available)('endpoints CLI output on postgres', () => {
+  // A description and a disable reason are anyone's text (the HTTP API takes any string): their
+  // escape sequences went to the terminal raw in endpoints list, add, update, enable and disable.
+  it('shows control characters in a description or a disable reason as ·, and keeps them in --json', async () => {
+    const bus = await testBus(postgresTarget, events, { ...quiet, webhooks: { allowPrivateNetworks: true } } as never);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema];
+    const e = await bus.endpoints.create({ url: 'http://127.0.0.1:9/in', eventTypes: ['order.*'], description: '\x1b[2Jwarehouse' });
+    await bus.endpoints.disable(e.id, { reason: '\x1b]0;owned\x07gone' });
+    const listed = await rea('endpoints', 'list', ...db);
+    expect(listed.code).toBe(0);
+    expect(listed.out).toContain('· ·[2Jwarehouse');
+    expect(listed.out).toContain(': ·]0;owned·gone');
+    expect(listed.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f]/);
+    const enabled = await rea('endpoints', 'enable', e.id, ...db);
+    expect(enabled.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f]/);
+    const json = await rea('endpoints', 'list', '--json', ...db);
+    expect(JSON.parse(json.out)[0].description).toBe('\x1b[2Jwarehouse');
+  });
+});
+
 describe('endpoints CLI on a PGlite data directory', () => {
   it('migrate, add and list', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'rea-cli-endpoints-'));

@@ -57,13 +57,15 @@ function command(name: string, description: string): Command {
 
 const iso = (d: Date | null) => (d ? d.toISOString() : '-');
 
+// A description and a disable reason are anyone's text (the HTTP API takes any string): they go
+// to the terminal through printable(), as stored events and receivers' answers do.
 export function formatEndpoint(e: Endpoint): string {
   const lines = [
-    `${e.id}  ${e.state}  ${e.url}`,
-    `  events ${e.eventTypes.join(', ')} · secret …${e.secretHint}${e.description ? ` · ${e.description}` : ''}`,
+    `${e.id}  ${e.state}  ${printable(e.url)}`,
+    `  events ${e.eventTypes.join(', ')} · secret …${e.secretHint}${e.description ? ` · ${printable(e.description)}` : ''}`,
   ];
   if (e.state === 'failing') lines.push(`  failing since ${iso(e.failingSince)}`);
-  if (e.state === 'disabled') lines.push(`  disabled ${iso(e.disabledAt)}: ${e.disabledReason ?? '-'}`);
+  if (e.state === 'disabled') lines.push(`  disabled ${iso(e.disabledAt)}: ${printable(e.disabledReason ?? '-')}`);
   return lines.join('\n');
 }
 
