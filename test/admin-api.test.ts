@@ -63,6 +63,14 @@ describe('createAdminHandler options', () => {
       process.env.REA_ADMIN_TOKEN = TOKEN;
       expect(() => createAdminHandler(bus)).not.toThrow();
       expect(() => createAdminHandler(bus, { basePath: 'admin' })).toThrow(/basePath/);
+      // A bare host threw a TypeError ('Invalid URL'); host:port parsed as a scheme whose origin
+      // is 'null', which no request matches, so every panel action was refused as cross-site.
+      for (const origin of ['ops.example.com', 'ops.example.com:443', 'https://ops.example.com/admin', 'ftp://ops.example.com']) {
+        expect(() => createAdminHandler(bus, { allowedOrigins: [origin] }), origin).toThrow(/^invalid option allowedOrigins\[0\]: must be an origin such as/);
+      }
+      expect(() => createAdminHandler(bus, { allowedOrigins: ['https://ops.example.com/', 'http://10.0.0.5:8080'] })).not.toThrow();
+      expect(() => createAdminHandler(bus, { leaderGraceMs: Number.NaN })).toThrow(/leaderGraceMs/);
+      expect(() => createAdminHandler(bus, { refreshSeconds: '5' as never })).toThrow(/refreshSeconds/);
     } finally {
       if (saved === undefined) delete process.env.REA_ADMIN_TOKEN;
       else process.env.REA_ADMIN_TOKEN = saved;

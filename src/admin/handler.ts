@@ -42,10 +42,10 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   if (!bus || typeof bus.overview !== 'function') throw new OptionsError('bus', 'pass a bus created with createBus()');
   const auth = new Authenticator(resolveAuth(options.auth));
   const basePath = normalizeBase(options.basePath);
-  const allowedOrigins = (options.allowedOrigins ?? []).map((o) => new URL(o).origin);
+  const allowedOrigins = checkOrigins(options.allowedOrigins);
   const publicHealth = options.publicHealth ?? true;
-  const leaderGraceMs = options.leaderGraceMs ?? 30_000;
-  const refreshS = options.refreshSeconds ?? 5;
+  const leaderGraceMs = checkNumber('leaderGraceMs', options.leaderGraceMs, 30_000);
+  const refreshS = checkNumber('refreshSeconds', options.refreshSeconds, 5);
   const metrics = new AdminMetrics(bus);
   const compiled: Compiled[] = allRoutes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }));
 
@@ -235,6 +235,34 @@ function csp(nonce: string): string {
     "default-src 'none'", `script-src 'nonce-${nonce}'`, `style-src 'nonce-${nonce}'`, "img-src 'self' data:",
     "form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'", "connect-src 'self'",
   ].join('; ');
+}
+
+/**
+ * Each extra origin as the browser sends it (https://ops.example.com). 'ops.example.com' threw a
+ * bare TypeError (Invalid URL), and 'ops.example.com:443' parsed as a scheme with the origin
+ * 'null', which no request matches: every panel action was refused as cross-site.
+ */
+function checkOrigins(origins: unknown): string[] {
+  if (origins === undefined) return [];
+  if (!Array.isArray(origins)) throw new OptionsError('allowedOrigins', "must be an array of origins such as 'https://ops.example.com'");
+  return origins.map((o, i) => {
+    let url: URL | null = null;
+    try {
+      url = typeof o === 'string' ? new URL(o) : null;
+    } catch {
+      url = null;
+    }
+    if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:') || url.pathname !== '/' || url.search || url.hash || url.username || url.password) {
+      throw new OptionsError(`allowedOrigins[${i}]`, `must be an origin such as 'https://ops.example.com' (scheme, host and port only), not ${JSON.stringify(o)}`);
+    }
+    return url.origin;
+  });
+}
+
+function checkNumber(field: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw new OptionsError(field, `must be a number ≥ 0, not ${JSON.stringify(value)}`);
+  return value;
 }
 
 function normalizeBase(p: string | undefined): string {
