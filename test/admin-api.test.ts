@@ -744,5 +744,13 @@ describeTargets('admin API on $name', (target) => {
       open(req, res);
     });
     expect((await call(remote.url, 'GET', '/api/overview')).status).toBe(403);
+    // A reverse proxy on this machine is a loopback peer with a loopback Host (nginx passes its
+    // upstream's name): what it forwards may come from anyone, and was served as a local operator.
+    for (const [name, value] of [['x-forwarded-for', '203.0.113.9'], ['forwarded', 'for=203.0.113.9'], ['x-real-ip', '203.0.113.9'], ['via', '1.1 nginx']] as const) {
+      const proxied = await call(local.url, 'GET', '/api/overview', { headers: { [name]: value } });
+      expect(proxied.status, name).toBe(403);
+      expect(proxied.json.error.message, name).toContain(`came through a proxy (${name})`);
+      expect((await call(local.url, 'GET', '/', { headers: { [name]: value } })).status, name).toBe(403);
+    }
   });
 });

@@ -91,6 +91,11 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
         if (!isLoopbackAddress(req.socket.remoteAddress) || !isLoopbackHost(req.headers.host)) {
           throw forbidden("auth 'none' serves loopback clients only");
         }
+        // A reverse proxy on this machine is a loopback peer, and one that passes its upstream's
+        // name as Host (nginx's default, proxy_pass http://localhost:8787) a loopback Host too: the
+        // whole network behind it was served as a local operator. Proxies mark what they forward.
+        const via = PROXY_HEADERS.find((h) => req.headers[h] !== undefined);
+        if (via) throw forbidden(`auth 'none' serves loopback clients only, and this request came through a proxy (${via}): give the admin credentials to serve through one`);
         principal = { via: 'loopback' };
       } else {
         const fromHeader = auth.checkHeader(req);
@@ -158,6 +163,9 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   handler.close = () => metrics.close();
   return handler;
 }
+
+/** Headers a proxy adds to what it forwards (RFC 7239 Forwarded, the X-Forwarded family, X-Real-IP, Via). */
+const PROXY_HEADERS = ['forwarded', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-real-ip', 'via'] as const;
 
 /**
  * Routes call the bus and its driver directly, and most of those calls pass on the driver's raw
