@@ -327,6 +327,11 @@ describe('a database that cannot be used', () => {
     }
     const ok = await capture(`${schema}.capt`, '--watch', 'a');
     expect(ok).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
+    // --json printed the same sentence: a script parsing it failed on a trigger that was applied.
+    await postgresTarget.query(`create table ${schema}.capt2 (id int, a int)`);
+    const json = await capture(`${schema}.capt2`, '--watch', 'a', '--json');
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.text)).toEqual({ applied: true, table: `${schema}.capt2`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 

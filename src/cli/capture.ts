@@ -62,7 +62,7 @@ export function captureCommand(): Command {
     .option('--delete <type>', 'event type for deletes')
     .option('--name <name>', 'base name of the trigger and its function')
     .option('--down', 'print the SQL that removes the trigger instead')
-    .option('--json', 'print { up, down } as JSON')
+    .option('--json', 'print { up, down } as JSON ({ applied, table, up, down } with --apply)')
     .option('--apply', 'run the up SQL against the database now (in one transaction)')
     .action(async (flags: ConnectionFlags & {
       table: string; subject: string; watch?: string[]; payload?: string[]; type?: string;
@@ -80,7 +80,7 @@ export function captureCommand(): Command {
       if (flags.apply) {
         resolveConnection(flags); // fail early with a clear message when no database is given
         await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
-        console.log(`capture trigger on ${flags.table} applied`);
+        console.log(flags.json ? JSON.stringify({ applied: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} applied`);
         return;
       }
       if (flags.json) console.log(JSON.stringify(sql));
