@@ -318,6 +318,10 @@ describeTargets('admin API on $name', (target) => {
       ['GET', '/api/events?since=2025-02-30T00:00:00Z', 'since'],
       ['GET', '/api/events?until=2025-06-31', 'until'],
       ['GET', '/api/events?stat=poisoned', 'stat'],
+      // The second value was dropped: the answer looked like the list of both.
+      ['GET', '/api/events?state=poisoned&state=unfanned', 'state'],
+      ['GET', '/api/jobs?handler=mailer&handler=ledger', 'handler'],
+      ['GET', '/api/endpoints?state=failing&state=disabled', 'state'],
       ['GET', '/api/events/123', 'id'],
       ['GET', '/api/jobs?state=finished', 'state'],
       ['GET', '/api/jobs?kind=email', 'kind'],

@@ -76,10 +76,18 @@ export function bodyFields(body: Body): Record<string, unknown> {
   return Object.fromEntries(Object.entries(out).map(([k, v]) => [k.replace(/\[\]$/, ''), v]));
 }
 
-/** Query parameters as an object; empty values are absent (an empty filter field means "any"). */
+/**
+ * Query parameters as an object; empty values are absent (an empty filter field means "any"). A
+ * filter takes one value: a second one (?state=discarded&state=cancelled) is refused by name, where
+ * it was dropped and the answer looked like the list of both.
+ */
 export function queryFields(query: URLSearchParams): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of query) if (v !== '' && !(k in out)) out[k] = v;
+  for (const [k, v] of query) {
+    if (v === '') continue;
+    if (Object.hasOwn(out, k)) throw badRequest(k, 'is given more than once: a filter takes one value');
+    out[k] = v;
+  }
   return out;
 }
 
