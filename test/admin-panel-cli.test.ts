@@ -88,6 +88,22 @@ describe('rea panel', () => {
     }
   }, 60_000); // two embedded databases start, 2-5 s each, and more on a loaded machine
 
+  // Behind a proxy that passes its upstream's name as Host (nginx's default), the browser's Origin
+  // is not the Host the panel sees, and rea panel had no way to say so: every button was a 403.
+  it('--allowed-origin lets the origin a proxy serves the panel at post; a malformed one is a usage error', async () => {
+    process.env.REA_TEST_PANEL_TOKEN = TOKEN;
+    await expect(startPanel({ ...base, allowedOrigin: ['ops.example.com:443'] })).rejects.toMatchObject({ code: 'ERR_USAGE', field: '--allowed-origin' });
+    const panel = await startPanel({ ...base, allowedOrigin: ['https://ops.example.com'] });
+    try {
+      const post = (origin: string) => call(panel.url, 'POST', '/api/events/requeue', { body: { poisoned: true }, headers: { authorization: `Bearer ${TOKEN}`, origin } });
+      expect((await post('https://evil.example')).status).toBe(403);
+      // Past the origin check: the unmigrated database answers 503.
+      expect((await post('https://ops.example.com')).json.error.code).toBe('ERR_DATABASE');
+    } finally {
+      await panel.close();
+    }
+  }, 60_000);
+
   it('--no-auth serves on ::1, the IPv6 loopback its message lists (its last group is no port)', async () => {
     const open = await startPanel({ ...base, host: '::1', auth: false });
     try {

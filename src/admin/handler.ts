@@ -250,7 +250,7 @@ function csp(nonce: string): string {
  * bare TypeError (Invalid URL), and 'ops.example.com:443' parsed as a scheme with the origin
  * 'null', which no request matches: every panel action was refused as cross-site.
  */
-function checkOrigins(origins: unknown): string[] {
+export function checkOrigins(origins: unknown): string[] {
   if (origins === undefined) return [];
   if (!Array.isArray(origins)) throw new OptionsError('allowedOrigins', "must be an array of origins such as 'https://ops.example.com'");
   return origins.map((o, i) => {
