@@ -5,7 +5,7 @@ import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { CaptureOptionsError, captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
-import { flagError } from './usage-error.js';
+import { flagError, UsageError } from './usage-error.js';
 
 const list = (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean);
 
@@ -71,6 +71,9 @@ export function captureCommand(): Command {
       const eventTypes: CaptureEventTypes | undefined = flags.insert || flags.update || flags.delete
         ? { insert: flags.insert, update: flags.update, delete: flags.delete }
         : undefined;
+      // Said in flags: the library's words for these name its options (eventType, eventTypes).
+      if (flags.type === undefined && !eventTypes) throw new UsageError('--type', 'give --type <type>, or at least one of --insert, --update, --delete');
+      if (flags.type !== undefined && eventTypes) throw new UsageError('--type', 'give --type or --insert / --update / --delete, not both');
       const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
       const sql = captureSql({
         schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
