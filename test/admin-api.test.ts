@@ -597,6 +597,29 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() })).status).toBe(404);
   });
 
+  // The body was not read: { graceMs: 0 }, sent to retire a leaked secret at once, was dropped and
+  // the old secret went on verifying for the default 24 h.
+  test('rotate takes { graceMs }: 0 ends the old secret now; a bad or unknown field is a 400', async () => {
+    const { bus, s } = await setup(target);
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'] });
+    const secrets = async () => (await target.query<{ secrets: { secret: string; expires_at: string | null }[] }>(
+      `select secrets from "${bus.schema}".endpoints where id = $1`, [ep.id]))[0]!.secrets;
+    const now = await call(s.url, 'POST', `/api/endpoints/${ep.id}/rotate`, { body: { graceMs: 0 }, headers: bearer() });
+    expect(now.status).toBe(200);
+    const old = (await secrets()).find((x) => x.secret === ep.secret)!;
+    expect(Date.parse(old.expires_at!)).toBeLessThanOrEqual(Date.now());
+    // Without graceMs: the configured grace (24 h by default).
+    const later = await call(s.url, 'POST', `/api/endpoints/${ep.id}/rotate`, { headers: bearer() });
+    const previous = (await secrets()).find((x) => x.secret === now.json.secret)!;
+    expect(Date.parse(previous.expires_at!)).toBeGreaterThan(Date.now() + 23 * 3_600_000);
+    expect(later.json.secret).not.toBe(now.json.secret);
+    for (const [body, parameter] of [[{ graceMs: -1 }, 'graceMs'], [{ graceMs: 'soon' }, 'graceMs'], [{ graceMs: null }, 'graceMs'], [{ grace: 0 }, 'grace']] as const) {
+      const r = await call(s.url, 'POST', `/api/endpoints/${ep.id}/rotate`, { body, headers: bearer() });
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.json.error.parameter).toBe(parameter);
+    }
+  });
+
   test('from the panel, add endpoint and rotate answer with a page that shows the secret once (a redirect would lose it)', async () => {
     const { bus, s } = await setup(target);
     const cookie = await login(s.url);
