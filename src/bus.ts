@@ -37,7 +37,7 @@ import { Relay } from './relay/relay.js';
 import { deferInto, isReaTransaction, makeTransaction, noteRecorded, type Transaction, type TransactionState } from './tx/rea.js';
 import type { HandlerContext, RegisteredHandler } from './worker/registry.js';
 import { Worker } from './worker/worker.js';
-import { replayEventsToHandler, replayToHandler, unknownHandler, type EventReplayFilter, type HandlerBulkReplay, type HandlerReplay } from './worker/replay.js';
+import { checkHandlerName, replayEventsToHandler, replayToHandler, unknownHandler, type EventReplayFilter, type HandlerBulkReplay, type HandlerReplay } from './worker/replay.js';
 import { HandlerChannel } from './channels/handler/channel.js';
 import { WebhookChannel, WEBHOOK_RUN_GRACE_MS, type WebhookOptions, type WebhookSettings } from './channels/webhook/channel.js';
 import { compileAllowlist } from './channels/webhook/address.js';
@@ -665,7 +665,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           if (!t || (t.state !== 'discarded' && t.state !== 'cancelled')) {
             throw new OptionsError('jobs.retry', "pass job ids, or { state: 'discarded' | 'cancelled', handler? }");
           }
-          if (t.handler !== undefined && (typeof t.handler !== 'string' || t.handler === '')) throw new OptionsError('jobs.retry.handler', 'must be a handler name');
+          if (t.handler !== undefined) checkHandlerName(t.handler, 'jobs.retry.handler');
           // A mistyped name would otherwise retry nothing, and say nothing.
           if (t.handler !== undefined && !(await driver.operations.handlerKnown({ name: t.handler as string }))) throw await unknownHandler(driver, t.handler);
           ids = await driver.operations.jobRetry({

@@ -54,9 +54,23 @@ describe('createAdminHandler options', () => {
       expect(() => createAdminHandler(bus, { auth: { token: 'short' } })).toThrow(/auth\.token/);
       expect(() => createAdminHandler(bus, { auth: { username: 'ops', password: 'x' } })).toThrow(/auth\.password/);
       expect(() => createAdminHandler(bus, { auth: 'none' })).not.toThrow();
+      // No client can send a token's newline (a secret file's), so it could never be matched.
+      expect(() => createAdminHandler(bus, { auth: { token: `${TOKEN}\n` } })).toThrow(/auth\.token: holds whitespace/);
+      process.env.REA_ADMIN_TOKEN = `${TOKEN}\n`;
+      expect(() => createAdminHandler(bus)).toThrow(/^invalid option REA_ADMIN_TOKEN: holds whitespace/);
+      process.env.REA_ADMIN_TOKEN = 'short';
+      expect(() => createAdminHandler(bus)).toThrow(/^invalid option REA_ADMIN_TOKEN: must be a string of at least 16/);
       process.env.REA_ADMIN_TOKEN = TOKEN;
       expect(() => createAdminHandler(bus)).not.toThrow();
       expect(() => createAdminHandler(bus, { basePath: 'admin' })).toThrow(/basePath/);
+      // A bare host threw a TypeError ('Invalid URL'); host:port parsed as a scheme whose origin
+      // is 'null', which no request matches, so every panel action was refused as cross-site.
+      for (const origin of ['ops.example.com', 'ops.example.com:443', 'https://ops.example.com/admin', 'ftp://ops.example.com']) {
+        expect(() => createAdminHandler(bus, { allowedOrigins: [origin] }), origin).toThrow(/^invalid option allowedOrigins\[0\]: must be an origin such as/);
+      }
+      expect(() => createAdminHandler(bus, { allowedOrigins: ['https://ops.example.com/', 'http://10.0.0.5:8080'] })).not.toThrow();
+      expect(() => createAdminHandler(bus, { leaderGraceMs: Number.NaN })).toThrow(/leaderGraceMs/);
+      expect(() => createAdminHandler(bus, { refreshSeconds: '5' as never })).toThrow(/refreshSeconds/);
     } finally {
       if (saved === undefined) delete process.env.REA_ADMIN_TOKEN;
       else process.env.REA_ADMIN_TOKEN = saved;
@@ -209,6 +223,40 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', '/login', { form: { token: TOKEN }, headers: { origin: 'https://evil.example' } })).status).toBe(403);
   });
 
+  // A raw non-ASCII character is no valid Location header: Node threw ERR_INVALID_CHAR, and the
+  // login (or the form) answered 500. Dot segments are read by the browser: '/.//evil.example'
+  // is '//evil.example', another host, once a notice is added to it.
+  test('next and _return come back as a local, percent-encoded Location: never a 500, never another host', async () => {
+    const { s } = await setup(target);
+    const origin = s.url;
+    const loginTo = async (next: string) => (await call(s.url, 'POST', '/login', { form: { token: TOKEN, next }, headers: { origin } }));
+    const cases: [string, string][] = [
+      ['/events?subject=müller', '/events?subject=m%C3%BCller'],
+      ['/日本', '/%E6%97%A5%E6%9C%AC'],
+      ['/.//evil.example/x', '/'],
+      ['/a/..//evil.example', '/'],
+      ['/\\evil.example', '/'],
+    ];
+    for (const [next, location] of cases) {
+      const r = await loginTo(next);
+      expect(r.status, next).toBe(303);
+      expect(r.headers.location, next).toBe(location);
+    }
+    // The login page carries next on, as the form will post it.
+    const page = await call(s.url, 'GET', `/login?next=${encodeURIComponent('/jobs?handler=café')}`);
+    expect(page.text).toContain('name="next" value="/jobs?handler=caf%C3%A9"');
+
+    const cookie = await login(s.url);
+    const csrf = csrfFrom((await call(s.url, 'GET', '/', { headers: { cookie } })).text);
+    const back = async (_return: string) => (await call(s.url, 'POST', '/api/events/requeue', { form: { poisoned: 'true', _csrf: csrf, _return }, headers: { cookie, origin } }));
+    const encoded = await back('/jobs?handler=日');
+    expect(encoded.status).toBe(303);
+    expect(encoded.headers.location).toMatch(/^\/jobs\?handler=%E6%97%A5&notice=Requeued/);
+    const dotted = await back('/.//evil.example');
+    expect(dotted.status).toBe(303);
+    expect(dotted.headers.location).toMatch(/^\/\?notice=Requeued/);
+  });
+
   test('a cookie that is not valid percent-encoding is skipped: it neither breaks a request nor hides the session', async () => {
     const { s } = await setup(target);
     // Another application on the same host may set any cookie; decodeURIComponent threw on this
@@ -246,6 +294,11 @@ describeTargets('admin API on $name', (target) => {
     expect(ok.headers.location).toMatch(/^\/events\?notice=Requeued/);
     const viaHeader = await call(s.url, 'POST', path, { body, headers: { cookie, referer: `${s.url}/`, 'x-csrf-token': csrf } });
     expect(viaHeader.status).toBe(200);
+    // A script of the page may carry the token in its JSON body: it passed the check, then the
+    // route refused it as an unknown parameter (400 _csrf).
+    const inJson = await call(s.url, 'POST', path, { body: { ...body, _csrf: csrf }, headers: { cookie, origin: s.url } });
+    expect(inJson.status, inJson.text).toBe(200);
+    expect((await call(s.url, 'POST', path, { body: { ...body, _csrf: 'forged' }, headers: { cookie, origin: s.url } })).status).toBe(403);
     // Bearer clients (curl, scripts) send no Origin and need no CSRF token.
     expect((await call(s.url, 'POST', path, { body, headers: bearer() })).status).toBe(200);
     void bus;
@@ -265,6 +318,10 @@ describeTargets('admin API on $name', (target) => {
       ['GET', '/api/events?since=2025-02-30T00:00:00Z', 'since'],
       ['GET', '/api/events?until=2025-06-31', 'until'],
       ['GET', '/api/events?stat=poisoned', 'stat'],
+      // The second value was dropped: the answer looked like the list of both.
+      ['GET', '/api/events?state=poisoned&state=unfanned', 'state'],
+      ['GET', '/api/jobs?handler=mailer&handler=ledger', 'handler'],
+      ['GET', '/api/endpoints?state=failing&state=disabled', 'state'],
       ['GET', '/api/events/123', 'id'],
       ['GET', '/api/jobs?state=finished', 'state'],
       ['GET', '/api/jobs?kind=email', 'kind'],
@@ -312,6 +369,38 @@ describeTargets('admin API on $name', (target) => {
     const page = await call(s.url, 'GET', '/events?state=done', { headers: { cookie: await login(s.url) } });
     expect(page.status).toBe(400);
     expect(page.text).toContain('invalid parameter state');
+  });
+
+  // PostgreSQL refuses a NUL in a text parameter; these reached it and came back as a 500 with
+  // pg's stack in the log (the panel's events and jobs pages too).
+  test('a NUL in a text filter or a handler name is a 400 naming the parameter, not a 500', async () => {
+    const { s } = await setup(target);
+    const logged: unknown[] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void logged.push(m));
+    onTestFinished(() => spy.mockRestore());
+    const event = '00000000-0000-7000-8000-000000000000';
+    const cases: [string, string, string, unknown?][] = [
+      ['GET', '/api/events?subject=a%00b', 'subject'],
+      ['GET', '/api/events?traceId=%00', 'traceId'],
+      ['GET', '/api/jobs?handler=mailer%00', 'handler'],
+      ['POST', '/api/jobs/retry', 'handler', { state: 'discarded', handler: 'mailer\u0000' }],
+      ['POST', `/api/events/${event}/replay`, 'handler', { handler: 'mailer\u0000' }],
+      ['POST', '/api/events/replay', 'handler', { handler: '\u0000' }],
+      ['POST', '/api/events/replay', 'subject', { handler: 'mailer', subject: 'a\u0000' }],
+    ];
+    for (const [method, path, parameter, body] of cases) {
+      const r = await call(s.url, method, path, { headers: bearer(), body });
+      expect(r.status, `${method} ${path}`).toBe(400);
+      expect(r.json.error.parameter, `${method} ${path}`).toBe(parameter);
+      expect(r.json.error.message, `${method} ${path}`).toMatch(/NUL/);
+    }
+    const cookie = await login(s.url);
+    for (const path of ['/events?subject=%00', '/jobs?handler=%00']) {
+      const page = await call(s.url, 'GET', path, { headers: { cookie } });
+      expect(page.status, path).toBe(400);
+      expect(page.text, path).toMatch(/invalid filter (subject|handler): holds a NUL/);
+    }
+    expect(logged).toEqual([]);
   });
 
   test('events: list with filters and cursor, one event with its jobs, requeue of a real poisoned event', async () => {
@@ -531,6 +620,29 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() })).status).toBe(404);
   });
 
+  // The body was not read: { graceMs: 0 }, sent to retire a leaked secret at once, was dropped and
+  // the old secret went on verifying for the default 24 h.
+  test('rotate takes { graceMs }: 0 ends the old secret now; a bad or unknown field is a 400', async () => {
+    const { bus, s } = await setup(target);
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'] });
+    const secrets = async () => (await target.query<{ secrets: { secret: string; expires_at: string | null }[] }>(
+      `select secrets from "${bus.schema}".endpoints where id = $1`, [ep.id]))[0]!.secrets;
+    const now = await call(s.url, 'POST', `/api/endpoints/${ep.id}/rotate`, { body: { graceMs: 0 }, headers: bearer() });
+    expect(now.status).toBe(200);
+    const old = (await secrets()).find((x) => x.secret === ep.secret)!;
+    expect(Date.parse(old.expires_at!)).toBeLessThanOrEqual(Date.now());
+    // Without graceMs: the configured grace (24 h by default).
+    const later = await call(s.url, 'POST', `/api/endpoints/${ep.id}/rotate`, { headers: bearer() });
+    const previous = (await secrets()).find((x) => x.secret === now.json.secret)!;
+    expect(Date.parse(previous.expires_at!)).toBeGreaterThan(Date.now() + 23 * 3_600_000);
+    expect(later.json.secret).not.toBe(now.json.secret);
+    for (const [body, parameter] of [[{ graceMs: -1 }, 'graceMs'], [{ graceMs: 'soon' }, 'graceMs'], [{ graceMs: null }, 'graceMs'], [{ grace: 0 }, 'grace']] as const) {
+      const r = await call(s.url, 'POST', `/api/endpoints/${ep.id}/rotate`, { body, headers: bearer() });
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.json.error.parameter).toBe(parameter);
+    }
+  });
+
   test('from the panel, add endpoint and rotate answer with a page that shows the secret once (a redirect would lose it)', async () => {
     const { bus, s } = await setup(target);
     const cookie = await login(s.url);
@@ -682,5 +794,13 @@ describeTargets('admin API on $name', (target) => {
       open(req, res);
     });
     expect((await call(remote.url, 'GET', '/api/overview')).status).toBe(403);
+    // A reverse proxy on this machine is a loopback peer with a loopback Host (nginx passes its
+    // upstream's name): what it forwards may come from anyone, and was served as a local operator.
+    for (const [name, value] of [['x-forwarded-for', '203.0.113.9'], ['forwarded', 'for=203.0.113.9'], ['x-real-ip', '203.0.113.9'], ['via', '1.1 nginx']] as const) {
+      const proxied = await call(local.url, 'GET', '/api/overview', { headers: { [name]: value } });
+      expect(proxied.status, name).toBe(403);
+      expect(proxied.json.error.message, name).toContain(`came through a proxy (${name})`);
+      expect((await call(local.url, 'GET', '/', { headers: { [name]: value } })).status, name).toBe(403);
+    }
   });
 });

@@ -21,6 +21,19 @@ describe('rea panel', () => {
     await expect(startPanel({ ...base, port: 'x' })).rejects.toMatchObject({ code: 'ERR_USAGE', field: '--port' });
   });
 
+  // A token from a secret file often ends in a newline: no Bearer header or login form can send
+  // it, so every request was 401 'wrong credentials'. A short one was named auth.token, an
+  // option the operator never set.
+  it('a token with a trailing newline, or too short, is refused naming its variable, never echoing it', async () => {
+    process.env.REA_TEST_PANEL_TOKEN = `${TOKEN}\n`;
+    const err = await startPanel({ ...base }).then(() => null, (e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ERR_OPTIONS', field: 'REA_TEST_PANEL_TOKEN' });
+    expect((err as Error).message).toMatch(/^invalid option REA_TEST_PANEL_TOKEN: holds whitespace \(a trailing newline/);
+    expect((err as Error).message).not.toContain(TOKEN);
+    process.env.REA_TEST_PANEL_TOKEN = 'short';
+    await expect(startPanel({ ...base })).rejects.toMatchObject({ field: 'REA_TEST_PANEL_TOKEN', message: expect.stringMatching(/at least 16 characters/) });
+  });
+
   it('a port already in use is a usage error naming the port and --port, not a bare EADDRINUSE', async () => {
     const taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
@@ -74,6 +87,22 @@ describe('rea panel', () => {
       await open.close();
     }
   }, 60_000); // two embedded databases start, 2-5 s each, and more on a loaded machine
+
+  // Behind a proxy that passes its upstream's name as Host (nginx's default), the browser's Origin
+  // is not the Host the panel sees, and rea panel had no way to say so: every button was a 403.
+  it('--allowed-origin lets the origin a proxy serves the panel at post; a malformed one is a usage error', async () => {
+    process.env.REA_TEST_PANEL_TOKEN = TOKEN;
+    await expect(startPanel({ ...base, allowedOrigin: ['ops.example.com:443'] })).rejects.toMatchObject({ code: 'ERR_USAGE', field: '--allowed-origin' });
+    const panel = await startPanel({ ...base, allowedOrigin: ['https://ops.example.com'] });
+    try {
+      const post = (origin: string) => call(panel.url, 'POST', '/api/events/requeue', { body: { poisoned: true }, headers: { authorization: `Bearer ${TOKEN}`, origin } });
+      expect((await post('https://evil.example')).status).toBe(403);
+      // Past the origin check: the unmigrated database answers 503.
+      expect((await post('https://ops.example.com')).json.error.code).toBe('ERR_DATABASE');
+    } finally {
+      await panel.close();
+    }
+  }, 60_000);
 
   it('--no-auth serves on ::1, the IPv6 loopback its message lists (its last group is no port)', async () => {
     const open = await startPanel({ ...base, host: '::1', auth: false });

@@ -159,6 +159,9 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(listed.out + disabled.out + updated.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
     const json = await rea('endpoints', 'list', '--json', ...db);
     expect(JSON.parse(json.out)[0]).toMatchObject({ description: 'shop\x1b[2J\x1b]0;owned\x07', disabledReason: 'moved\x1b[8mhidden\x1b[0m' });
+    const enabled = await rea('endpoints', 'enable', id, ...db);
+    expect(enabled.out).toContain('shop·[2J·]0;owned·');
+    expect(enabled.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
   });
 });
 

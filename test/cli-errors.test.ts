@@ -165,6 +165,9 @@ describe('rea: command-line mistakes', () => {
       [['jobs', 'cancel', 'x1', ...db], 'jobs cancel', /x1 is not a job id/],
       [['capture', '--table', 'orders', '--subject', 'id', '--type', 'order.changed'], '--watch', /invalid option --watch: must name at least one column when UPDATE is captured/],
       [['capture', '--table', 'orders', '--subject', 'id', '--watch', 'a,a', '--type', 'x.y'], '--watch', /'a' is listed twice \(item 2 of the list\)/],
+      // These named the library's options (eventType, eventTypes), which no flag is called.
+      [['capture', '--table', 'orders', '--subject', 'id', '--watch', 'a'], '--type', /^invalid option --type: give --type <type>, or at least one of --insert, --update, --delete$/],
+      [['capture', '--table', 'orders', '--subject', 'id', '--watch', 'a', '--type', 'x.y', '--delete', 'x.gone'], '--type', /^invalid option --type: give --type or --insert \/ --update \/ --delete, not both$/],
     ];
     for (const [args, field, message] of cases) {
       const r = await rea(...args, '--json');
@@ -327,6 +330,11 @@ describe('a database that cannot be used', () => {
     }
     const ok = await capture(`${schema}.capt`, '--watch', 'a');
     expect(ok).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
+    // --json printed the same sentence: a script parsing it failed on a trigger that was applied.
+    await postgresTarget.query(`create table ${schema}.capt2 (id int, a int)`);
+    const json = await capture(`${schema}.capt2`, '--watch', 'a', '--json');
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.text)).toEqual({ applied: true, table: `${schema}.capt2`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 

@@ -92,6 +92,17 @@ describe('rea demo flags', () => {
     expect(run.stdout).toBe(''); // nothing started: not even the data directory line
     expect(run.dataDirs).toEqual([]);
   });
+
+  // The panel took REA_ADMIN_TOKEN only after the whole run: a token with a secret file's newline
+  // (which no client can send) or a short one failed then, named as the option auth.token.
+  it('--keep-running with an unusable REA_ADMIN_TOKEN is refused before anything starts, naming the variable', async () => {
+    vi.stubEnv('REA_ADMIN_TOKEN', 'a-token-of-enough-length-0123\n');
+    const run = await demoInProcess(['--keep-running', '--panel-port', '0', '--orders', '1']);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/^rea: invalid option REA_ADMIN_TOKEN: holds whitespace/);
+    expect(run.stdout).toBe('');
+    expect(run.dataDirs).toEqual([]);
+  });
 });
 
 // Each of these is its own process (PGlite's start-up dominates the few seconds), so they run side by side.

@@ -20,17 +20,29 @@ export const SESSION_COOKIE = 'rea_admin_session';
 const SESSION_TTL_MS = 12 * 60 * 60 * 1000;
 const MIN_SECRET_LENGTH = 16;
 
-export function resolveAuth(auth: AdminAuth | undefined, env: NodeJS.ProcessEnv = process.env): AdminAuth {
+/**
+ * The credentials to serve with, checked. `tokenField` names where a token came from when it was
+ * not `auth.token` in code (the environment variable `rea panel` read it from), so a refusal
+ * names what the operator set.
+ */
+export function resolveAuth(auth: AdminAuth | undefined, env: NodeJS.ProcessEnv = process.env, tokenField = 'auth.token'): AdminAuth {
   if (auth === 'none') return 'none';
   if (auth === undefined) {
     const token = env.REA_ADMIN_TOKEN;
     if (!token) throw new AdminCredentialsMissingError();
     auth = { token };
+    tokenField = 'REA_ADMIN_TOKEN';
   }
   if (typeof auth !== 'object' || auth === null) throw new OptionsError('auth', "pass { token }, { username, password } or 'none'");
   if ('token' in auth) {
     if (typeof auth.token !== 'string' || auth.token.length < MIN_SECRET_LENGTH) {
-      throw new OptionsError('auth.token', `must be a string of at least ${MIN_SECRET_LENGTH} characters (e.g. openssl rand -hex 32)`);
+      throw new OptionsError(tokenField, `must be a string of at least ${MIN_SECRET_LENGTH} characters (e.g. openssl rand -hex 32)`);
+    }
+    // A token read from a secret file or a Kubernetes secret often ends in a newline. No client
+    // can send whitespace in a Bearer token (HTTP trims the header, a password field drops the
+    // newline), so every request and login was refused as 'wrong credentials', with no hint why.
+    if (/\s/.test(auth.token)) {
+      throw new OptionsError(tokenField, 'holds whitespace (a trailing newline from a secret file?), which no Bearer header or login form can send: remove it');
     }
     return { token: auth.token };
   }

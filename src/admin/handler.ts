@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { Authenticator, isLoopbackAddress, isLoopbackHost, parseCookies, requestOrigin, resolveAuth, SESSION_COOKIE, type AdminAuth, type Principal } from './auth.js';
-import { errorResponse, forbidden, HttpError, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
+import { errorResponse, forbidden, HttpError, localPath, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
 import { layout, html, type PageContext } from './html.js';
 import { AdminMetrics } from './metrics.js';
 import type { AdminBus, Route, RouteContext, RouteResult } from './route.js';
@@ -42,10 +42,10 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   if (!bus || typeof bus.overview !== 'function') throw new OptionsError('bus', 'pass a bus created with createBus()');
   const auth = new Authenticator(resolveAuth(options.auth));
   const basePath = normalizeBase(options.basePath);
-  const allowedOrigins = (options.allowedOrigins ?? []).map((o) => new URL(o).origin);
+  const allowedOrigins = checkOrigins(options.allowedOrigins);
   const publicHealth = options.publicHealth ?? true;
-  const leaderGraceMs = options.leaderGraceMs ?? 30_000;
-  const refreshS = options.refreshSeconds ?? 5;
+  const leaderGraceMs = checkNumber('leaderGraceMs', options.leaderGraceMs, 30_000);
+  const refreshS = checkNumber('refreshSeconds', options.refreshSeconds, 5);
   const metrics = new AdminMetrics(bus);
   const compiled: Compiled[] = allRoutes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }));
 
@@ -91,6 +91,11 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
         if (!isLoopbackAddress(req.socket.remoteAddress) || !isLoopbackHost(req.headers.host)) {
           throw forbidden("auth 'none' serves loopback clients only");
         }
+        // A reverse proxy on this machine is a loopback peer, and one that passes its upstream's
+        // name as Host (nginx's default, proxy_pass http://localhost:8787) a loopback Host too: the
+        // whole network behind it was served as a local operator. Proxies mark what they forward.
+        const via = PROXY_HEADERS.find((h) => req.headers[h] !== undefined);
+        if (via) throw forbidden(`auth 'none' serves loopback clients only, and this request came through a proxy (${via}): give the admin credentials to serve through one`);
         principal = { via: 'loopback' };
       } else {
         const fromHeader = auth.checkHeader(req);
@@ -159,6 +164,9 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   return handler;
 }
 
+/** Headers a proxy adds to what it forwards (RFC 7239 Forwarded, the X-Forwarded family, X-Real-IP, Via). */
+const PROXY_HEADERS = ['forwarded', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-real-ip', 'via'] as const;
+
 /**
  * Routes call the bus and its driver directly, and most of those calls pass on the driver's raw
  * error (pg's ECONNREFUSED, "relation does not exist"). Explaining it here, once for every route,
@@ -201,8 +209,7 @@ function send(res: ServerResponse, result: RouteResult, formReturn: string | nul
 
 /** Where a panel form goes back to: its `_return` field, a path inside the admin only. */
 function returnPath(body: Body, base: string): string {
-  const r = body.kind === 'form' ? body.value.get('_return') : null;
-  return base + (r && /^\/(?![/\\])[^\s]*$/.test(r) ? r : '/');
+  return base + (localPath(body.kind === 'form' ? body.value.get('_return') : null) ?? '/');
 }
 
 function returnPathFromRequest(req: IncomingMessage, base: string): string | null {
@@ -213,7 +220,7 @@ function returnPathFromRequest(req: IncomingMessage, base: string): string | nul
     if (u.host !== req.headers.host || !u.pathname.startsWith(base)) return null;
     u.searchParams.delete(NOTICE);
     u.searchParams.delete(NOTICE_SIG);
-    return u.pathname + u.search;
+    return localPath(u.pathname + u.search);
   } catch {
     return null;
   }
@@ -236,6 +243,34 @@ function csp(nonce: string): string {
     "default-src 'none'", `script-src 'nonce-${nonce}'`, `style-src 'nonce-${nonce}'`, "img-src 'self' data:",
     "form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'", "connect-src 'self'",
   ].join('; ');
+}
+
+/**
+ * Each extra origin as the browser sends it (https://ops.example.com). 'ops.example.com' threw a
+ * bare TypeError (Invalid URL), and 'ops.example.com:443' parsed as a scheme with the origin
+ * 'null', which no request matches: every panel action was refused as cross-site.
+ */
+export function checkOrigins(origins: unknown): string[] {
+  if (origins === undefined) return [];
+  if (!Array.isArray(origins)) throw new OptionsError('allowedOrigins', "must be an array of origins such as 'https://ops.example.com'");
+  return origins.map((o, i) => {
+    let url: URL | null = null;
+    try {
+      url = typeof o === 'string' ? new URL(o) : null;
+    } catch {
+      url = null;
+    }
+    if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:') || url.pathname !== '/' || url.search || url.hash || url.username || url.password) {
+      throw new OptionsError(`allowedOrigins[${i}]`, `must be an origin such as 'https://ops.example.com' (scheme, host and port only), not ${JSON.stringify(o)}`);
+    }
+    return url.origin;
+  });
+}
+
+function checkNumber(field: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw new OptionsError(field, `must be a number ≥ 0, not ${JSON.stringify(value)}`);
+  return value;
 }
 
 function normalizeBase(p: string | undefined): string {

@@ -80,6 +80,24 @@ export function sendText(res: ServerResponse, status: number, contentType: strin
   res.end(text);
 }
 
+/**
+ * `p` as a path of this host for a Location header, or null when it is none. It is normalized as
+ * the browser will read it ('/.//evil.example' and '/a/..//evil.example' are '//evil.example',
+ * another host) and percent-encoded (a raw non-ASCII character is no valid header value: Node
+ * threw ERR_INVALID_CHAR, a 500), then checked again.
+ */
+export function localPath(p: string | null | undefined): string | null {
+  if (!p || !/^\/(?![/\\])/.test(p)) return null;
+  let u: URL;
+  try {
+    u = new URL(p, 'http://admin.invalid');
+  } catch {
+    return null;
+  }
+  const out = u.pathname + u.search;
+  return u.origin === 'http://admin.invalid' && /^\/(?![/\\])/.test(out) ? out : null;
+}
+
 export function redirect(res: ServerResponse, location: string): void {
   res.statusCode = 303;
   res.setHeader('Location', location);

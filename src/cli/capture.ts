@@ -5,7 +5,7 @@ import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { CaptureOptionsError, captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
-import { flagError } from './usage-error.js';
+import { flagError, UsageError } from './usage-error.js';
 
 const list = (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean);
 
@@ -62,7 +62,7 @@ export function captureCommand(): Command {
     .option('--delete <type>', 'event type for deletes')
     .option('--name <name>', 'base name of the trigger and its function')
     .option('--down', 'print the SQL that removes the trigger instead')
-    .option('--json', 'print { up, down } as JSON')
+    .option('--json', 'print { up, down } as JSON ({ applied, table, up, down } with --apply)')
     .option('--apply', 'run the up SQL against the database now (in one transaction)')
     .action(async (flags: ConnectionFlags & {
       table: string; subject: string; watch?: string[]; payload?: string[]; type?: string;
@@ -71,6 +71,9 @@ export function captureCommand(): Command {
       const eventTypes: CaptureEventTypes | undefined = flags.insert || flags.update || flags.delete
         ? { insert: flags.insert, update: flags.update, delete: flags.delete }
         : undefined;
+      // Said in flags: the library's words for these name its options (eventType, eventTypes).
+      if (flags.type === undefined && !eventTypes) throw new UsageError('--type', 'give --type <type>, or at least one of --insert, --update, --delete');
+      if (flags.type !== undefined && eventTypes) throw new UsageError('--type', 'give --type or --insert / --update / --delete, not both');
       const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
       const sql = captureSql({
         schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
@@ -80,7 +83,7 @@ export function captureCommand(): Command {
       if (flags.apply) {
         resolveConnection(flags); // fail early with a clear message when no database is given
         await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
-        console.log(`capture trigger on ${flags.table} applied`);
+        console.log(flags.json ? JSON.stringify({ applied: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} applied`);
         return;
       }
       if (flags.json) console.log(JSON.stringify(sql));

@@ -17,6 +17,7 @@ import { verifyPayload } from '../channels/webhook/signature.js';
 import { formatOverview } from './status.js';
 import { listenError, servePanel } from './panel.js';
 import type { AdminBus } from '../admin/route.js';
+import { resolveAuth, type AdminAuth } from '../admin/auth.js';
 
 export const demoEvents = defineEvents({
   'order.created': z.object({ orderNo: z.string(), customer: z.string(), total: z.number().int().positive() }),
@@ -95,6 +96,9 @@ export async function runDemo(options: {
   const orders = checkWholeNumber('orders', options.orders, 1);
   const gap = 1000 / rate('ratePerSecond', options.ratePerSecond);
   const panelPort = checkPort('panelPort', options.panelPort ?? 8787);
+  // With REA_ADMIN_TOKEN set the panel asks for it, otherwise it needs none (loopback only).
+  const panelToken = process.env.REA_ADMIN_TOKEN;
+  const panelAuth: AdminAuth = options.keepRunning && panelToken ? resolveAuth({ token: panelToken }, process.env, 'REA_ADMIN_TOKEN') : 'none';
   // The panel's port is held from here until the panel takes it over (0: any free port will do).
   let reserved = options.keepRunning && panelPort !== 0 ? await reservePort(panelPort) : undefined;
   const release = async () => {
@@ -244,13 +248,11 @@ export async function runDemo(options: {
     out(`\n${formatOverview(overview)}\n`);
 
     if (options.keepRunning && !interrupted) {
-      // The panel on loopback: with REA_ADMIN_TOKEN set it asks for it, otherwise it needs none.
-      const token = process.env.REA_ADMIN_TOKEN;
       await release();
-      const panel = await servePanel(b, { port: panelPort, host: PANEL_HOST, auth: token ? { token } : 'none' })
+      const panel = await servePanel(b, { port: panelPort, host: PANEL_HOST, auth: panelAuth })
         .catch((err: unknown) => Promise.reject(panelListenError(err, panelPort)));
       try {
-        out(`\nadmin panel: ${panel.url}${token ? ' (log in with REA_ADMIN_TOKEN)' : ''}\n`);
+        out(`\nadmin panel: ${panel.url}${panelAuth !== 'none' ? ' (log in with REA_ADMIN_TOKEN)' : ''}\n`);
         out(`keeping the bus running (data in ${dir}${tempDir ? ', removed on exit' : ''}); Ctrl-C stops\n`);
         await (options.whileRunning
           ? options.whileRunning(b, panel.url)

@@ -2,18 +2,20 @@
 // REA_ADMIN_TOKEN (or --token-env); --no-auth is for a loopback address only.
 import { createServer } from 'node:http';
 import { Command } from 'commander';
-import { createAdminHandler } from '../admin/handler.js';
-import { isLoopbackHost, type AdminAuth } from '../admin/auth.js';
+import { checkOrigins, createAdminHandler } from '../admin/handler.js';
+import { isLoopbackHost, resolveAuth, type AdminAuth } from '../admin/auth.js';
 import type { AdminBus } from '../admin/route.js';
 import { OptionsError } from '../core/errors.js';
 import { adminBus } from './admin-bus.js';
 import { addConnectionFlags, checkPort, type ConnectionFlags } from './settings.js';
+import { flagError } from './usage-error.js';
 
 export interface PanelFlags extends ConnectionFlags {
   port: string;
   host: string;
   auth?: boolean;
   tokenEnv: string;
+  allowedOrigin?: string[];
 }
 
 export function panelCommand(): Command {
@@ -22,6 +24,7 @@ export function panelCommand(): Command {
     .option('--host <address>', 'address to bind', '127.0.0.1')
     .option('--token-env <name>', 'environment variable holding the admin token', 'REA_ADMIN_TOKEN')
     .option('--no-auth', 'serve without credentials (loopback addresses only)')
+    .option('--allowed-origin <origins>', 'comma-separated origins the panel is reached at through a proxy that rewrites Host (e.g. https://ops.example.com)', (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean))
     .action(async (flags: PanelFlags) => {
       const { url, close } = await startPanel(flags);
       console.error(`rea panel: ${url}${flags.auth === false ? ' (no auth: loopback only)' : ''}; Ctrl-C stops`);
@@ -53,6 +56,17 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
   if (noAuth && !isLoopbackHost(flags.host)) throw new OptionsError('--host', `--no-auth only binds a loopback address (127.0.0.1, ::1, localhost), not ${flags.host}`);
   const token = process.env[flags.tokenEnv];
   if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
+  // Checked here, so a token that is too short or holds a newline is named by its variable, not
+  // by createAdminHandler's option (auth.token), which the operator never set.
+  const auth: AdminAuth = noAuth ? 'none' : resolveAuth({ token: token! }, process.env, flags.tokenEnv);
+  // Behind a proxy that passes its upstream's name as Host (nginx's default), the browser's Origin
+  // is not the Host the panel sees: without these, every button was refused as cross-site.
+  let allowedOrigins: string[];
+  try {
+    allowedOrigins = checkOrigins(flags.allowedOrigin);
+  } catch (err) {
+    throw err instanceof OptionsError ? flagError(err, (option) => (option === 'allowedOrigins' ? '--allowed-origin' : undefined)) ?? err : err;
+  }
   const bus = adminBus(flags);
   try {
     // Bind the port first, so a port in use is said at once rather than after the database has
@@ -61,7 +75,7 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
     // still starting down (its check gives up after 2 s). A server that is down or does not answer
     // within OPEN_WAIT_MS is no reason not to serve: the panel and /healthz say so.
     const opened = openWithin(bus, OPEN_WAIT_MS);
-    const panel = await servePanel(bus, { port, host: flags.host, auth: noAuth ? 'none' : { token: token! }, ready: opened })
+    const panel = await servePanel(bus, { port, host: flags.host, auth, allowedOrigins, ready: opened })
       .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
     await opened;
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
@@ -83,10 +97,10 @@ export function listenError(err: unknown, o: { host: string; port: number; flag:
 /** Serve the admin handler for `bus` on host:port (0 picks a free port); the bus stays the caller's. */
 export async function servePanel(
   bus: AdminBus,
-  o: { port: number; host: string; auth: AdminAuth; /** Requests wait for it before they are handled. */ ready?: Promise<void> },
+  o: { port: number; host: string; auth: AdminAuth; allowedOrigins?: string[]; /** Requests wait for it before they are handled. */ ready?: Promise<void> },
 ): Promise<{ url: string; close: () => Promise<void> }> {
   if (o.auth === 'none' && !isLoopbackHost(o.host)) throw new OptionsError('host', `auth 'none' only binds a loopback address, not ${o.host}`);
-  const handler = createAdminHandler(bus, { auth: o.auth });
+  const handler = createAdminHandler(bus, { auth: o.auth, allowedOrigins: o.allowedOrigins });
   const { ready } = o;
   const server = createServer(ready ? (req, res) => void ready.then(() => handler(req, res)) : handler);
   await new Promise<void>((resolve, reject) => {

@@ -6,6 +6,7 @@ import { EVENT_STATES } from '../driver/admin.js';
 import { JOB_STATES, type JobKind, type JobState } from '../driver/types.js';
 import { InvalidFilterError } from './errors.js';
 import { isJobId } from './job-id.js';
+import { unstorableText } from './json.js';
 
 export const LIST_LIMIT = { default: 50, max: 500 } as const;
 const JOB_KINDS: readonly JobKind[] = ['handler', 'webhook', 'forward'];
@@ -112,6 +113,9 @@ function optionalText(v: unknown, name: string): string | null {
   if (v === undefined || v === null || v === '') return null;
   if (typeof v !== 'string') throw new InvalidFilterError(name, 'must be a string');
   if (v.length > 500) throw new InvalidFilterError(name, 'must be at most 500 characters');
+  // PostgreSQL refuses a NUL in a text parameter ("invalid byte sequence"): a 500 from the API and
+  // the panel. No stored value holds one, so the filter could match nothing anyway.
+  if (unstorableText(v)) throw new InvalidFilterError(name, 'holds a NUL character (\\u0000) or a lone UTF-16 surrogate, which no stored text holds');
   return v;
 }
 

@@ -3,7 +3,17 @@
 // can replay), or one whose effect must be made again once its code is fixed.
 import { BusStateError, InvalidFilterError, NotFoundError, OptionsError } from '../core/errors.js';
 import { eventListParams, isUuid, type EventListFilter } from '../core/filters.js';
+import { unstorableText } from '../core/json.js';
 import type { Driver } from '../driver/types.js';
+
+/**
+ * A handler name given to a replay or a retry. One holding a NUL (or a lone surrogate) is no name a
+ * bus could have stored, and PostgreSQL refuses it as a parameter, which came out as a 500.
+ */
+export function checkHandlerName(value: unknown, field: string): asserts value is string {
+  if (typeof value !== 'string' || value === '') throw new OptionsError(field, 'must be a handler name');
+  if (unstorableText(value)) throw new OptionsError(field, 'holds a NUL character (\\u0000) or a lone UTF-16 surrogate: no handler has such a name');
+}
 
 /** A handler name no bus registered, refused with the names that are (jobs.retry, events.replay). */
 export async function unknownHandler(driver: Driver, name: unknown): Promise<NotFoundError> {
@@ -27,7 +37,7 @@ export interface HandlerReplay {
  */
 export async function replayToHandler(driver: Driver, eventId: unknown, handler: unknown, now: Date | null): Promise<HandlerReplay> {
   if (!isUuid(eventId)) throw new NotFoundError(`event ${JSON.stringify(eventId)}`);
-  if (typeof handler !== 'string' || handler === '') throw new OptionsError('events.replay.handler', 'must be a handler name');
+  checkHandlerName(handler, 'events.replay.handler');
   const id = eventId.toLowerCase();
   const r = await driver.operations.eventReplayToHandler({ eventId: id, handler, now });
   if (!r.found) throw new NotFoundError(`event ${id}`);
@@ -66,7 +76,7 @@ export const REPLAY_BATCH = 500;
 export async function replayEventsToHandler(
   driver: Driver, filter: unknown, handler: unknown, now: () => Date | null, onBatch: () => void,
 ): Promise<HandlerBulkReplay> {
-  if (typeof handler !== 'string' || handler === '') throw new OptionsError('events.replay.handler', 'must be a handler name');
+  checkHandlerName(handler, 'events.replay.handler');
   if (filter === null || typeof filter !== 'object' || Array.isArray(filter)) throw new InvalidFilterError('filter', 'must be an object');
   for (const key of ['state', 'cursor', 'limit'] as const) {
     if (key in filter) throw new InvalidFilterError(key, 'is not a replay filter: a replay takes every fanned-out event that matches type, subject, traceId, since and until');

@@ -1,5 +1,6 @@
 // GET /login: the login form (token, or username and password under basic auth).
 import { html, layout } from '../html.js';
+import { localPath } from '../http.js';
 import { defineRoute } from '../route.js';
 
 export default defineRoute({
@@ -26,5 +27,5 @@ ${fields}
 
 /** Only a path inside the admin: never another host (an open redirect). */
 export function safeNext(next: string | null): string {
-  return next && /^\/(?![/\\])[^\s]*$/.test(next) ? next : '/';
+  return localPath(next) ?? '/';
 }
