@@ -23,7 +23,7 @@ import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
-import { eventListParams, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
+import { eventListParams, isUuid, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
@@ -596,9 +596,16 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     events: {
       get: (id) => driver.executor.eventGet({ id }),
       async requeue(target) {
-        const ids = Array.isArray(target)
-          ? await driver.executor.eventRequeue({ ids: [...target] })
-          : await driver.executor.eventRequeue({ poisoned: true });
+        // Anything but an array used to be taken for { poisoned: true }: a single id, or
+        // { poisoned: false }, requeued every poisoned event (a bad id reached the uuid cast).
+        const all = target !== null && typeof target === 'object' && !Array.isArray(target)
+          && Object.keys(target).length === 1 && (target as { poisoned?: unknown }).poisoned === true;
+        if (!all && !(Array.isArray(target) && target.every(isUuid))) {
+          throw new OptionsError('events.requeue', 'pass an array of event ids (UUIDs), or { poisoned: true } for every poisoned event');
+        }
+        const ids = all
+          ? await driver.executor.eventRequeue({ poisoned: true })
+          : await driver.executor.eventRequeue({ ids: (target as readonly string[]).map((id) => id.toLowerCase()) });
         if (ids.length > 0) bus.wake();
         return ids;
       },

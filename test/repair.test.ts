@@ -28,6 +28,26 @@ describeTargets('repair on $name', (target) => {
     expect(await bus.events.requeue({ poisoned: true })).toEqual([]);
   });
 
+  test('events.requeue takes event ids or { poisoned: true } only: anything else is an OptionsError and requeues nothing', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const [a, b] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'A' }),
+      await bus.record(tx, 'order.created', { orderNo: 'B' }),
+    ]);
+    await target.query(`update "${s}".events set poisoned_at = now(), fan_attempts = 5, last_error = 'boom'`);
+    // Each of these requeued every poisoned event (anything not an array was taken for
+    // { poisoned: true }), or reached the database as a uuid cast error.
+    for (const bad of [{ poisoned: false }, a, {}, null, undefined, [a, 'not-an-id'], [42]]) {
+      const err = await bus.events.requeue(bad as never).catch((e: unknown) => e);
+      expect(err, JSON.stringify(bad)).toBeInstanceOf(OptionsError);
+      expect((err as OptionsError).field).toBe('events.requeue');
+    }
+    expect((await bus.events.list({ state: 'poisoned' })).items).toHaveLength(2);
+    expect(await bus.events.requeue([a!.toUpperCase()])).toEqual([a]);
+    expect(await bus.events.requeue({ poisoned: true })).toEqual([b]);
+  });
+
   test('jobs.retry({ state: "discarded" }) runs a discarded job again with its attempts extended', async () => {
     const bus = await testBus(target, events);
     let fixed = false;
