@@ -175,7 +175,9 @@ export interface Bus<S extends EventSchemas> {
     discard(ids: readonly string[]): Promise<string[]>;
     /**
      * Run discarded (or cancelled) jobs again now. A retried job keeps its attempt count and gets
-     * its handler's full allowance on top; jobs whose event retention removed are left alone.
+     * its handler's full allowance on top; jobs whose event retention removed are left alone, and
+     * so is a handler's job while another of that handler for the same event waits or runs (of
+     * several for one event, only the newest is retried): the handler never runs twice at once.
      * Returns the ids rescheduled; NotFoundError (listing the known ones) for a handler no bus registered.
      */
     retry(target: readonly string[] | { state: 'discarded' | 'cancelled'; handler?: string }): Promise<string[]>;

@@ -95,14 +95,41 @@ describeTargets('repair on $name', (target) => {
        returning id::text as id`, [eventId]);
     expect(await bus.jobs.retry([kept!.id, orphan!.id])).toEqual([kept!.id]);
     expect(await bus.driver.operations.jobStates({ ids: [kept!.id, orphan!.id] })).toEqual([
-      { id: kept!.id, state: 'available', attempt: 2, eventFound: true },
-      { id: orphan!.id, state: 'cancelled', attempt: 1, eventFound: false },
+      { id: kept!.id, state: 'available', attempt: 2, eventFound: true, waitingJobId: null },
+      { id: orphan!.id, state: 'cancelled', attempt: 1, eventFound: false, waitingJobId: null },
     ]);
     // No handlers row for 'h': the job's own allowance is added to its attempts.
     const [row] = await bus.jobs.forEvent(eventId!);
     expect(row).toMatchObject({ attempt: 2, maxAttempts: 4, finalizedAt: null });
     await expect(bus.jobs.retry(['1; drop table x'])).rejects.toThrow(OptionsError);
     await expect(bus.jobs.retry({ state: 'completed' } as never)).rejects.toThrow(/jobs\.retry/);
+  });
+
+  test('jobs.retry never gives a handler a second waiting job for one event (a replay made one, or two dead letters of it)', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    await bus.driver.executor.handlerUpsertMany([
+      { name: 'erp', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+      { name: 'crm', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+    ]);
+    const [id] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'D' })]);
+    await bus.relayOnce();
+    const jobOf = async (handler: string) => (await bus.jobs.forEvent(id!)).filter((j) => j.target === handler).map((j) => j.id);
+    const [erp1] = await jobOf('erp');
+    const [crm1] = await jobOf('crm');
+    expect(await bus.jobs.discard([erp1!, crm1!])).toEqual([erp1, crm1].sort((a, b) => Number(a) - Number(b)));
+    // The handler is fixed and the event replayed to it: a new job waits.
+    const { jobId: erp2 } = await bus.events.replay(id!, { handler: 'erp' });
+    // Retrying the dead letter too would have two jobs of erp for the event run at once, which
+    // the replay itself refuses; crm has no other job, so its dead letter goes.
+    expect(await bus.jobs.retry([erp1!, crm1!])).toEqual([crm1]);
+    expect(await bus.driver.operations.jobStates({ ids: [erp1!] })).toEqual([
+      { id: erp1, state: 'discarded', attempt: 0, eventFound: true, waitingJobId: erp2 },
+    ]);
+    // Two dead letters of erp for the event (the original and the replay's): one retry, the newest.
+    expect(await bus.jobs.discard([erp2])).toEqual([erp2]);
+    expect(await bus.jobs.retry({ state: 'discarded', handler: 'erp' })).toEqual([erp2]);
+    expect(await bus.jobs.retry({ state: 'discarded' })).toEqual([]);
+    expect((await bus.jobs.forEvent(id!)).filter((j) => j.state === 'available').map((j) => j.id)).toEqual([crm1, erp2].sort((a, b) => Number(a) - Number(b)));
   });
 
   test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {

@@ -87,7 +87,11 @@ export interface OperationsExecutor {
   /** Whether a bus registered the handler, or jobs of it are still stored (it was forgotten since). */
   handlerKnown(params: { name: string }): Promise<boolean>;
 
-  /** Reschedule final, unsuccessful jobs now with a fresh allowance of attempts; returns the ids changed. */
+  /**
+   * Reschedule final, unsuccessful jobs now with a fresh allowance of attempts; returns the ids
+   * changed. Never a second waiting job of one handler for one event: a job is left alone while
+   * another of its handler for that event waits or runs, and of several for one event only the newest goes.
+   */
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; now: Date | null }): Promise<string[]>;
   /**
    * A new job of handler `handler` for a stored event (events.replay), unless one of it still
@@ -111,6 +115,10 @@ export interface OperationsExecutor {
   autovacuumEnabled(): Promise<boolean>;
   /** Plain VACUUM (ANALYZE) of rea's high-churn tables; takes no lock that blocks reads or writes. */
   vacuumTables(): Promise<string[]>;
-  /** The states of the given jobs (to tell the caller why some were left alone). */
-  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; eventFound: boolean }[]>;
+  /**
+   * The states of the given jobs (to tell the caller why some were left alone); waitingJobId:
+   * another job of the same handler for the same event that waits or runs (jobRetry leaves a
+   * job alone while there is one), or null.
+   */
+  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; eventFound: boolean; waitingJobId: string | null }[]>;
 }
