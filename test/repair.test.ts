@@ -4,6 +4,8 @@ import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, OptionsError, permanent } from '../src/index.js';
 import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
+import { JOB_RETRY_BATCH, PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
+import { quoteSchema } from '../src/drivers/postgres/common.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -130,6 +132,43 @@ describeTargets('repair on $name', (target) => {
     expect(await bus.jobs.retry({ state: 'discarded', handler: 'erp' })).toEqual([erp2]);
     expect(await bus.jobs.retry({ state: 'discarded' })).toEqual([]);
     expect((await bus.jobs.forEvent(id!)).filter((j) => j.state === 'available').map((j) => j.id)).toEqual([crm1, erp2].sort((a, b) => Number(a) - Number(b)));
+  });
+
+  test('jobs.retry by state goes in bounded batches, oldest first, and retries every dead letter once', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'B' })]);
+    const n = JOB_RETRY_BATCH * 2 + 500;
+    // First, a batch of dead letters all left alone (each handler has a job waiting for the event):
+    // the retry must go on past a batch that retried nothing.
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'available', 0, null::timestamptz from generate_series(1, $2::int) i
+       union all
+       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, JOB_RETRY_BATCH]);
+    // Then one dead letter per handler (a job of each of n handlers), as after an outage of days.
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       select $1, 'handler', 'h' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, n]);
+    // Every statement the retry runs, with how many rows it changed.
+    const changed: number[] = [];
+    const counting = {
+      query: async (text: string, params?: unknown[]) => {
+        const r = await bus.driver.query<Record<string, unknown>>(text, params);
+        const ids = r.rows[0]?.ids;
+        changed.push(Array.isArray(ids) ? ids.length : r.rows.length);
+        return r;
+      },
+    } as never;
+    const ops = new PostgresOperationsExecutor(counting, s, quoteSchema(s), (fn) => bus.driver.transaction(fn));
+    const ids = await ops.jobRetry({ state: 'discarded', now: null });
+    expect(ids).toHaveLength(n);
+    expect(new Set(ids).size).toBe(n);
+    // Before, one statement took all of them: every row locked and returned at once.
+    expect(Math.max(...changed)).toBe(JOB_RETRY_BATCH);
+    expect(changed).toEqual([0, JOB_RETRY_BATCH, JOB_RETRY_BATCH, 500]);
+    expect(await target.query(`select state, count(*)::int as n from "${s}".jobs group by state order by state`))
+      .toEqual([{ state: 'available', n: n + JOB_RETRY_BATCH }, { state: 'discarded', n: JOB_RETRY_BATCH }]);
   });
 
   test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {

@@ -73,10 +73,20 @@ select count(*)::int as n from victims`;
   // runs (a replay made one), and of several it would retry for one event (the dead letter and a
   // replay's) only the newest goes: two jobs would run the handler twice at once, which
   // events.replay refuses for the same reason. `filter` is given the alias to apply to.
-  const jobRetry = (filter: (alias: string) => string) => /* sql */ `
-with picked as (
+  //
+  // Batched (by state): the batch is the next $5 jobs by id after the cursor $4 that match the
+  // filter, chosen before the checks above, which then run on those rows only (run on every match
+  // before the limit, they made a retry of 100,000 dead letters take minutes). The statement says
+  // where the batch ended and how many it held, so a batch whose jobs were all left alone goes on.
+  const jobRetry = (filter: (alias: string) => string, batched: boolean) => /* sql */ `
+with ${batched ? /* sql */ `batch as materialized (
+  select j.id from ${s}.jobs j
+  where ${filter('j')} and j.id > $4::bigint
+  order by j.id
+  limit $5
+), ` : ''}picked as (
   select j.id, coalesce(h.max_attempts, j.max_attempts) as allowance
-  from ${s}.jobs j
+  from ${batched ? `batch b join ${s}.jobs j on j.id = b.id` : `${s}.jobs j`}
   join ${s}.events e on e.id = j.event_id
   left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
   where ${filter('j')}
@@ -86,13 +96,17 @@ with picked as (
         and (o.state = any (${BUSY}) or (o.id > j.id and ${filter('o')}))))
   for update of j skip locked
   for key share of e
+), retried as (
+  update ${s}.jobs j
+  set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
+      lease_expires_at = null, max_attempts = j.attempt + picked.allowance
+  from picked
+  where j.id = picked.id
+  returning j.id
 )
-update ${s}.jobs j
-set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
-    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
-from picked
-where j.id = picked.id
-returning j.id::text as id`;
+${batched
+    ? 'select (select coalesce(array_agg(id::text), \'{}\') from retried) as ids, (select max(id)::text from batch) as last_id, (select count(*)::int from batch) as n'
+    : 'select id::text as id from retried'}`;
 
   // Events go in two statements of one transaction: the first locks the victims, the second,
   // with a snapshot taken after those locks, deletes those that are still unawaited. One
@@ -304,8 +318,13 @@ with waiting as (
 )
 select (select count(*) from inserted)::int as replayed, (select count(*) from waiting)::int as skipped`,
 
-    jobRetryByIds: jobRetry((a) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`),
-    jobRetryByState: jobRetry((a) => `${a}.state = $1 and ${a}.finalized_at is not null and ($3::text is null or (${a}.kind = 'handler' and ${a}.target = $3))`),
+    jobRetryByIds: jobRetry((a) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`, false),
+    // In batches of $5 by id after the cursor $4: "retry every dead letter" after an endpoint or a
+    // handler was down for days is one statement per batch, not one holding every row at once.
+    jobRetryByState: jobRetry(
+      (a) => `${a}.state = $1 and ${a}.finalized_at is not null and ($3::text is null or (${a}.kind = 'handler' and ${a}.target = $3))`,
+      true,
+    ),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it
     // cancelled would be a lie. The claim locks the row first, so the two never both win.
