@@ -596,7 +596,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     events: {
-      get: (id) => driver.executor.eventGet({ id }),
+      // An id that is not a UUID names no event (as events.attempts has it); it used to reach the
+      // database and come back as its uuid cast error.
+      get: async (id) => (isUuid(id) ? driver.executor.eventGet({ id }) : null),
       async requeue(target) {
         // Anything but an array used to be taken for { poisoned: true }: a single id, or
         // { poisoned: false }, requeued every poisoned event (a bad id reached the uuid cast).
@@ -654,7 +656,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     jobs: {
-      forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),
+      forEvent: async (eventId) => (isUuid(eventId) ? driver.executor.jobListForEvent({ eventId }) : []),
       async list(filter) {
         const p = jobListParams(filter);
         return pageOf(await driver.admin.jobList({ ...p, limit: p.limit + 1 }), p.limit);

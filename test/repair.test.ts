@@ -50,6 +50,18 @@ describeTargets('repair on $name', (target) => {
     expect(await bus.events.requeue({ poisoned: true })).toEqual([b]);
   });
 
+  test('events.get and jobs.forEvent with an id that is not a UUID find nothing, as events.attempts does', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const [a] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'A' })]);
+    // Before, the id reached the database and came back as its raw uuid cast error.
+    for (const id of ['not-an-id', '', 42 as never]) {
+      expect(await bus.events.get(id)).toBeNull();
+      expect(await bus.jobs.forEvent(id)).toEqual([]);
+      expect(await bus.events.attempts(id)).toEqual([]);
+    }
+    expect(await bus.events.get(a!.toUpperCase())).toMatchObject({ id: a });
+  });
+
   test('jobs.retry({ state: "discarded" }) runs a discarded job again with its attempts extended', async () => {
     const bus = await testBus(target, events);
     let fixed = false;
