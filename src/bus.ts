@@ -23,7 +23,7 @@ import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
-import { eventListParams, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
+import { eventListParams, isUuid, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
@@ -175,7 +175,9 @@ export interface Bus<S extends EventSchemas> {
     discard(ids: readonly string[]): Promise<string[]>;
     /**
      * Run discarded (or cancelled) jobs again now. A retried job keeps its attempt count and gets
-     * its handler's full allowance on top; jobs whose event retention removed are left alone.
+     * its handler's full allowance on top; jobs whose event retention removed are left alone, and
+     * so is a handler's job while another of that handler for the same event waits or runs (of
+     * several for one event, only the newest is retried): the handler never runs twice at once.
      * Returns the ids rescheduled; NotFoundError (listing the known ones) for a handler no bus registered.
      */
     retry(target: readonly string[] | { state: 'discarded' | 'cancelled'; handler?: string }): Promise<string[]>;
@@ -594,11 +596,20 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     events: {
-      get: (id) => driver.executor.eventGet({ id }),
+      // An id that is not a UUID names no event (as events.attempts has it); it used to reach the
+      // database and come back as its uuid cast error.
+      get: async (id) => (isUuid(id) ? driver.executor.eventGet({ id }) : null),
       async requeue(target) {
-        const ids = Array.isArray(target)
-          ? await driver.executor.eventRequeue({ ids: [...target] })
-          : await driver.executor.eventRequeue({ poisoned: true });
+        // Anything but an array used to be taken for { poisoned: true }: a single id, or
+        // { poisoned: false }, requeued every poisoned event (a bad id reached the uuid cast).
+        const all = target !== null && typeof target === 'object' && !Array.isArray(target)
+          && Object.keys(target).length === 1 && (target as { poisoned?: unknown }).poisoned === true;
+        if (!all && !(Array.isArray(target) && target.every(isUuid))) {
+          throw new OptionsError('events.requeue', 'pass an array of event ids (UUIDs), or { poisoned: true } for every poisoned event');
+        }
+        const ids = all
+          ? await driver.executor.eventRequeue({ poisoned: true })
+          : await driver.executor.eventRequeue({ ids: (target as readonly string[]).map((id) => id.toLowerCase()) });
         if (ids.length > 0) bus.wake();
         return ids;
       },
@@ -645,7 +656,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     jobs: {
-      forEvent: (eventId) => driver.executor.jobListForEvent({ eventId }),
+      forEvent: async (eventId) => (isUuid(eventId) ? driver.executor.jobListForEvent({ eventId }) : []),
       async list(filter) {
         const p = jobListParams(filter);
         return pageOf(await driver.admin.jobList({ ...p, limit: p.limit + 1 }), p.limit);

@@ -136,17 +136,19 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     const [eventId] = await bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 1 } }]));
     const jobs = await target.query<{ id: string }>(
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at, lease_expires_at)
-       values ($1, 'handler', 'h', 5, 1000, 'discarded', 5, now(), null),
-              ($1, 'handler', 'h', 5, 1000, 'completed', 1, now(), null),
-              ($1, 'handler', 'h', 5, 1000, 'available', 0, null, null),
-              ($1, 'handler', 'h', 5, 1000, 'running', 1, null, now() + interval '1 hour')
+       values ($1, 'handler', 'a', 5, 1000, 'discarded', 5, now(), null),
+              ($1, 'handler', 'b', 5, 1000, 'completed', 1, now(), null),
+              ($1, 'handler', 'c', 5, 1000, 'available', 0, null, null),
+              ($1, 'handler', 'd', 5, 1000, 'running', 1, null, now() + interval '1 hour'),
+              ($1, 'handler', 'd', 5, 1000, 'discarded', 5, now(), null)
        returning id::text as id`, [eventId]);
-    const [discarded, completed, available, running] = jobs.map((j) => j.id);
+    const [discarded, completed, available, running, twin] = jobs.map((j) => j.id);
 
-    const retry = await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, discarded!, completed!, '999999');
+    const retry = await rea('jobs', 'retry', '--database-url', PG_URL, '--schema', s, discarded!, completed!, twin!, '999999');
     expect(retry.out).toBe([
       `retried 1 job: ${discarded}`,
       `  left alone ${completed}: completed: only discarded or cancelled jobs are retried`,
+      `  left alone ${twin}: discarded, but job ${running} of its handler for the same event waits or runs`,
       '  left alone 999999: no such job',
     ].join('\n'));
     expect(retry.code).toBe(1);

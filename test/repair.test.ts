@@ -4,6 +4,8 @@ import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, OptionsError, permanent } from '../src/index.js';
 import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
+import { JOB_RETRY_BATCH, PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
+import { quoteSchema } from '../src/drivers/postgres/common.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -26,6 +28,38 @@ describeTargets('repair on $name', (target) => {
     await bus.relayOnce();
     expect((await bus.events.get(bad!))!.fannedOutAt).toBeInstanceOf(Date);
     expect(await bus.events.requeue({ poisoned: true })).toEqual([]);
+  });
+
+  test('events.requeue takes event ids or { poisoned: true } only: anything else is an OptionsError and requeues nothing', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const [a, b] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'A' }),
+      await bus.record(tx, 'order.created', { orderNo: 'B' }),
+    ]);
+    await target.query(`update "${s}".events set poisoned_at = now(), fan_attempts = 5, last_error = 'boom'`);
+    // Each of these requeued every poisoned event (anything not an array was taken for
+    // { poisoned: true }), or reached the database as a uuid cast error.
+    for (const bad of [{ poisoned: false }, a, {}, null, undefined, [a, 'not-an-id'], [42]]) {
+      const err = await bus.events.requeue(bad as never).catch((e: unknown) => e);
+      expect(err, JSON.stringify(bad)).toBeInstanceOf(OptionsError);
+      expect((err as OptionsError).field).toBe('events.requeue');
+    }
+    expect((await bus.events.list({ state: 'poisoned' })).items).toHaveLength(2);
+    expect(await bus.events.requeue([a!.toUpperCase()])).toEqual([a]);
+    expect(await bus.events.requeue({ poisoned: true })).toEqual([b]);
+  });
+
+  test('events.get and jobs.forEvent with an id that is not a UUID find nothing, as events.attempts does', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const [a] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'A' })]);
+    // Before, the id reached the database and came back as its raw uuid cast error.
+    for (const id of ['not-an-id', '', 42 as never]) {
+      expect(await bus.events.get(id)).toBeNull();
+      expect(await bus.jobs.forEvent(id)).toEqual([]);
+      expect(await bus.events.attempts(id)).toEqual([]);
+    }
+    expect(await bus.events.get(a!.toUpperCase())).toMatchObject({ id: a });
   });
 
   test('jobs.retry({ state: "discarded" }) runs a discarded job again with its attempts extended', async () => {
@@ -75,14 +109,78 @@ describeTargets('repair on $name', (target) => {
        returning id::text as id`, [eventId]);
     expect(await bus.jobs.retry([kept!.id, orphan!.id])).toEqual([kept!.id]);
     expect(await bus.driver.operations.jobStates({ ids: [kept!.id, orphan!.id] })).toEqual([
-      { id: kept!.id, state: 'available', attempt: 2, eventFound: true },
-      { id: orphan!.id, state: 'cancelled', attempt: 1, eventFound: false },
+      { id: kept!.id, state: 'available', attempt: 2, eventFound: true, waitingJobId: null },
+      { id: orphan!.id, state: 'cancelled', attempt: 1, eventFound: false, waitingJobId: null },
     ]);
     // No handlers row for 'h': the job's own allowance is added to its attempts.
     const [row] = await bus.jobs.forEvent(eventId!);
     expect(row).toMatchObject({ attempt: 2, maxAttempts: 4, finalizedAt: null });
     await expect(bus.jobs.retry(['1; drop table x'])).rejects.toThrow(OptionsError);
     await expect(bus.jobs.retry({ state: 'completed' } as never)).rejects.toThrow(/jobs\.retry/);
+  });
+
+  test('jobs.retry never gives a handler a second waiting job for one event (a replay made one, or two dead letters of it)', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    await bus.driver.executor.handlerUpsertMany([
+      { name: 'erp', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+      { name: 'crm', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+    ]);
+    const [id] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'D' })]);
+    await bus.relayOnce();
+    const jobOf = async (handler: string) => (await bus.jobs.forEvent(id!)).filter((j) => j.target === handler).map((j) => j.id);
+    const [erp1] = await jobOf('erp');
+    const [crm1] = await jobOf('crm');
+    expect(await bus.jobs.discard([erp1!, crm1!])).toEqual([erp1, crm1].sort((a, b) => Number(a) - Number(b)));
+    // The handler is fixed and the event replayed to it: a new job waits.
+    const { jobId: erp2 } = await bus.events.replay(id!, { handler: 'erp' });
+    // Retrying the dead letter too would have two jobs of erp for the event run at once, which
+    // the replay itself refuses; crm has no other job, so its dead letter goes.
+    expect(await bus.jobs.retry([erp1!, crm1!])).toEqual([crm1]);
+    expect(await bus.driver.operations.jobStates({ ids: [erp1!] })).toEqual([
+      { id: erp1, state: 'discarded', attempt: 0, eventFound: true, waitingJobId: erp2 },
+    ]);
+    // Two dead letters of erp for the event (the original and the replay's): one retry, the newest.
+    expect(await bus.jobs.discard([erp2])).toEqual([erp2]);
+    expect(await bus.jobs.retry({ state: 'discarded', handler: 'erp' })).toEqual([erp2]);
+    expect(await bus.jobs.retry({ state: 'discarded' })).toEqual([]);
+    expect((await bus.jobs.forEvent(id!)).filter((j) => j.state === 'available').map((j) => j.id)).toEqual([crm1, erp2].sort((a, b) => Number(a) - Number(b)));
+  });
+
+  test('jobs.retry by state goes in bounded batches, oldest first, and retries every dead letter once', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'B' })]);
+    const n = JOB_RETRY_BATCH * 2 + 500;
+    // First, a batch of dead letters all left alone (each handler has a job waiting for the event):
+    // the retry must go on past a batch that retried nothing.
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'available', 0, null::timestamptz from generate_series(1, $2::int) i
+       union all
+       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, JOB_RETRY_BATCH]);
+    // Then one dead letter per handler (a job of each of n handlers), as after an outage of days.
+    await target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       select $1, 'handler', 'h' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, n]);
+    // Every statement the retry runs, with how many rows it changed.
+    const changed: number[] = [];
+    const counting = {
+      query: async (text: string, params?: unknown[]) => {
+        const r = await bus.driver.query<Record<string, unknown>>(text, params);
+        const ids = r.rows[0]?.ids;
+        changed.push(Array.isArray(ids) ? ids.length : r.rows.length);
+        return r;
+      },
+    } as never;
+    const ops = new PostgresOperationsExecutor(counting, s, quoteSchema(s), (fn) => bus.driver.transaction(fn));
+    const ids = await ops.jobRetry({ state: 'discarded', webhookMaxAttempts: 18, now: null });
+    expect(ids).toHaveLength(n);
+    expect(new Set(ids).size).toBe(n);
+    // Before, one statement took all of them: every row locked and returned at once.
+    expect(Math.max(...changed)).toBe(JOB_RETRY_BATCH);
+    expect(changed).toEqual([0, JOB_RETRY_BATCH, JOB_RETRY_BATCH, 500]);
+    expect(await target.query(`select state, count(*)::int as n from "${s}".jobs group by state order by state`))
+      .toEqual([{ state: 'available', n: n + JOB_RETRY_BATCH }, { state: 'discarded', n: JOB_RETRY_BATCH }]);
   });
 
   test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {

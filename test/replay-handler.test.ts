@@ -139,6 +139,17 @@ describeTargets('bulk replay to a handler on $name', (target) => {
     await expect(bus.events.replay({}, { handler: 'nosuch' })).rejects.toThrow(`handler "nosuch" not found; known handlers: 'ledger'`);
     await expect(bus.events.replay({}, { endpointId: '0190a0a0-0000-7000-8000-000000000000' } as never)).rejects.toMatchObject({ field: 'events.replay(options)' });
     expect((await target.query(`select count(*)::int as n from "${bus.schema}".jobs`))[0].n).toBe(0);
+    // A key it does not know (a typo, the CLI's --trace for traceId) was ignored, and the replay
+    // then took every event of the handler's types instead of the few the caller meant.
+    await bus.transaction((tx) => bus.record(tx, 'order.placed', { n: 1 }));
+    while ((await bus.relayOnce()) !== 'none');
+    await target.query(`update "${bus.schema}".jobs set state = 'completed', finalized_at = now()`);
+    for (const key of ['typ', 'trace', 'eventId']) {
+      const err = await bus.events.replay({ [key]: 'x' } as never, { handler: 'ledger' }).catch((e: unknown) => e);
+      expect(err, key).toBeInstanceOf(InvalidFilterError);
+      expect((err as InvalidFilterError).parameter).toBe(key);
+    }
+    expect(await target.query(`select 1 from "${bus.schema}".jobs where state <> 'completed'`)).toEqual([]);
   });
 });
 

@@ -30,6 +30,9 @@ async function explain(bus: Bus<EventSchemas>, ids: string[], changed: string[],
     if (!s) return { id, reason: 'no such job' };
     if (action === 'retried') {
       if ((s.state === 'discarded' || s.state === 'cancelled') && !s.eventFound) return { id, reason: `${s.state}, but retention removed its event` };
+      if ((s.state === 'discarded' || s.state === 'cancelled') && s.waitingJobId !== null) {
+        return { id, reason: `${s.state}, but job ${s.waitingJobId} of its handler for the same event waits or runs` };
+      }
       return { id, reason: `${s.state}: only discarded or cancelled jobs are retried` };
     }
     return { id, reason: s.state === 'running' ? 'running: its handler may already have acted; let it finish' : `${s.state}: only waiting jobs are cancelled` };

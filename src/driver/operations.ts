@@ -88,8 +88,10 @@ export interface OperationsExecutor {
   handlerKnown(params: { name: string }): Promise<boolean>;
 
   /**
-   * Reschedule final, unsuccessful jobs now with a fresh allowance of attempts: a handler's current
-   * maxAttempts, `webhookMaxAttempts` for a webhook delivery; returns the ids changed.
+   * Reschedule final, unsuccessful jobs now with a fresh allowance of attempts (a handler's current
+   * maxAttempts, `webhookMaxAttempts` for a webhook delivery); returns the ids changed. Never a
+   * second waiting job of one handler for one event: a job is left alone while another of its
+   * handler for that event waits or runs, and of several for one event only the newest goes.
    */
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]>;
   /**
@@ -114,6 +116,10 @@ export interface OperationsExecutor {
   autovacuumEnabled(): Promise<boolean>;
   /** Plain VACUUM (ANALYZE) of rea's high-churn tables; takes no lock that blocks reads or writes. */
   vacuumTables(): Promise<string[]>;
-  /** The states of the given jobs (to tell the caller why some were left alone). */
-  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; eventFound: boolean }[]>;
+  /**
+   * The states of the given jobs (to tell the caller why some were left alone); waitingJobId:
+   * another job of the same handler for the same event that waits or runs (jobRetry leaves a
+   * job alone while there is one), or null.
+   */
+  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; eventFound: boolean; waitingJobId: string | null }[]>;
 }

@@ -54,6 +54,8 @@ export async function replayToHandler(driver: Driver, eventId: unknown, handler:
 /** Which stored events a bulk replay takes: the events list's filter, without state and paging. */
 export type EventReplayFilter = Pick<EventListFilter, 'type' | 'subject' | 'traceId' | 'since' | 'until'>;
 
+const REPLAY_FILTER_KEYS: ReadonlySet<string> = new Set<keyof EventReplayFilter>(['type', 'subject', 'traceId', 'since', 'until']);
+
 /** What events.replay(filter, { handler }) did. */
 export interface HandlerBulkReplay {
   handler: string;
@@ -81,6 +83,10 @@ export async function replayEventsToHandler(
   for (const key of ['state', 'cursor', 'limit'] as const) {
     if (key in filter) throw new InvalidFilterError(key, 'is not a replay filter: a replay takes every fanned-out event that matches type, subject, traceId, since and until');
   }
+  // A key it does not know (a typo, the CLI's `trace` for traceId) would be ignored, and the
+  // replay would then take every event of the handler's types rather than the ones it named.
+  const unknown = Object.keys(filter).find((key) => !REPLAY_FILTER_KEYS.has(key));
+  if (unknown !== undefined) throw new InvalidFilterError(unknown, 'is not a replay filter: give type, subject, traceId, since or until');
   const p = eventListParams(filter as EventReplayFilter);
   if (!(await driver.operations.handlerSchedules()).some((h) => h.name === handler)) throw await unknownHandler(driver, handler);
   const params = { typePattern: p.typePattern, subject: p.subject, traceId: p.traceId, minId: p.minId, maxId: p.maxId };

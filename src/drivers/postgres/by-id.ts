@@ -17,3 +17,6 @@ export const runningBatch = (unnest: string) =>
 
 /** `state = any (WAITING)`: available or retryable, as a value computed at run time (an operator's cancel or discard by id). */
 export const WAITING = /* sql */ `array(select unnest('{available,retryable}'::text[]))`;
+
+/** `state = any (BUSY)`: waiting or running, as a value computed at run time (looked up by event id, through jobs_event_idx). */
+export const BUSY = /* sql */ `array(select unnest('{available,retryable,running}'::text[]))`;

@@ -138,8 +138,16 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       const { rows } = await this.pool.query<Row>(this.sql.jobRetryByIds, [p.ids, p.now, p.webhookMaxAttempts]);
       return rows.map((r) => r.id as string).sort(byNumber);
     }
-    const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, p.webhookMaxAttempts]);
-    return rows.map((r) => r.id as string).sort(byNumber);
+    // One statement per batch, oldest first; a job a batch retried is behind the cursor, so one
+    // that fails again meanwhile is not retried twice by this call.
+    const ids: string[] = [];
+    for (let after = '0'; ;) {
+      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, after, JOB_RETRY_BATCH, p.webhookMaxAttempts]);
+      const r = rows[0]!;
+      ids.push(...(r.ids as string[]));
+      if (r.n < JOB_RETRY_BATCH) return ids.sort(byNumber);
+      after = r.last_id as string;
+    }
   }
 
   async eventReplayToHandler(p: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult> {
@@ -181,11 +189,17 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
   async jobStates(p: { ids: string[] }) {
     if (p.ids.length === 0) return [];
     const { rows } = await this.pool.query<Row>(this.sql.jobStates, [p.ids]);
-    return rows.map((r) => ({ id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), eventFound: r.event_found === true }));
+    return rows.map((r) => ({
+      id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), eventFound: r.event_found === true,
+      waitingJobId: (r.waiting_job_id as string | null) ?? null,
+    }));
   }
 }
 
 const byNumber = (a: string, b: string) => Number(a) - Number(b);
+
+/** Jobs a retry by state reschedules per statement. */
+export const JOB_RETRY_BATCH = 1000;
 
 // Names were checked to be plain identifiers before they got here (maintenance/retention.ts);
 // quoting keeps mixed case exact and would neutralize anything that slipped through.

@@ -1,6 +1,6 @@
 // The SQL of the operations executor (retention, overview facts, job repair) for PostgreSQL and
 // PGlite. `s` is the quoted schema. Time arrives as $1 and is read as coalesce($1, now()).
-import { WAITING } from './by-id.js';
+import { BUSY, WAITING } from './by-id.js';
 
 /**
  * The smallest UUIDv7 of the millisecond of `ts`: every id made before that millisecond sorts
@@ -70,22 +70,45 @@ select count(*)::int as n from victims`;
   //
   // The event is locked (for key share) so that an events retention pass either sees the job
   // waiting or has deleted the event before this finds it (see retentionLockEvents).
-  const jobRetry = (filter: string, webhookMax: string) => /* sql */ `
-with picked as (
+  //
+  // A handler's job is left alone while another job of that handler for the same event waits or
+  // runs (a replay made one), and of several it would retry for one event (the dead letter and a
+  // replay's) only the newest goes: two jobs would run the handler twice at once, which
+  // events.replay refuses for the same reason. `filter` is given the alias to apply to.
+  //
+  // Batched (by state): the batch is the next $5 jobs by id after the cursor $4 that match the
+  // filter, chosen before the checks above, which then run on those rows only (run on every match
+  // before the limit, they made a retry of 100,000 dead letters take minutes). The statement says
+  // where the batch ended and how many it held, so a batch whose jobs were all left alone goes on.
+  const jobRetry = (filter: (alias: string) => string, batched: boolean, webhookMax: string) => /* sql */ `
+with ${batched ? /* sql */ `batch as materialized (
+  select j.id from ${s}.jobs j
+  where ${filter('j')} and j.id > $4::bigint
+  order by j.id
+  limit $5
+), ` : ''}picked as (
   select j.id, coalesce(h.max_attempts, case when j.kind = 'webhook' then ${webhookMax}::int end, j.max_attempts) as allowance
-  from ${s}.jobs j
+  from ${batched ? `batch b join ${s}.jobs j on j.id = b.id` : `${s}.jobs j`}
   join ${s}.events e on e.id = j.event_id
   left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
-  where ${filter}
+  where ${filter('j')}
+    and not (j.kind = 'handler' and exists (
+      select 1 from ${s}.jobs o
+      where o.event_id = j.event_id and o.kind = 'handler' and o.target = j.target and o.id <> j.id
+        and (o.state = any (${BUSY}) or (o.id > j.id and ${filter('o')}))))
   for update of j skip locked
   for key share of e
+), retried as (
+  update ${s}.jobs j
+  set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
+      lease_expires_at = null, max_attempts = j.attempt + picked.allowance
+  from picked
+  where j.id = picked.id
+  returning j.id
 )
-update ${s}.jobs j
-set state = 'available', scheduled_at = coalesce($2::timestamptz, now()), finalized_at = null,
-    lease_expires_at = null, max_attempts = j.attempt + picked.allowance
-from picked
-where j.id = picked.id
-returning j.id::text as id`;
+${batched
+    ? 'select (select coalesce(array_agg(id::text), \'{}\') from retried) as ids, (select max(id)::text from batch) as last_id, (select count(*)::int from batch) as n'
+    : 'select id::text as id from retried'}`;
 
   // Events go in two statements of one transaction: the first locks the victims, the second,
   // with a snapshot taken after those locks, deletes those that are still unawaited. One
@@ -297,8 +320,14 @@ with waiting as (
 )
 select (select count(*) from inserted)::int as replayed, (select count(*) from waiting)::int as skipped`,
 
-    jobRetryByIds: jobRetry(`j.id = any($1::bigint[]) and j.state in ('discarded', 'cancelled')`, '$3'),
-    jobRetryByState: jobRetry(`j.state = $1 and j.finalized_at is not null and ($3::text is null or (j.kind = 'handler' and j.target = $3))`, '$4'),
+    jobRetryByIds: jobRetry((a) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`, false, '$3'),
+    // In batches of $5 by id after the cursor $4: "retry every dead letter" after an endpoint or a
+    // handler was down for days is one statement per batch, not one holding every row at once.
+    jobRetryByState: jobRetry(
+      (a) => `${a}.state = $1 and ${a}.finalized_at is not null and ($3::text is null or (${a}.kind = 'handler' and ${a}.target = $3))`,
+      true,
+      '$6',
+    ),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it
     // cancelled would be a lie. The claim locks the row first, so the two never both win.
@@ -308,8 +337,13 @@ set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_
 where id = any($1::bigint[]) and state = any (${WAITING})
 returning id::text as id`,
 
+    // waiting_job_id: another job of the same handler for the same event that waits or runs (why jobRetry left this one alone).
     jobStates: /* sql */ `
-select j.id::text as id, j.state, j.attempt, exists (select 1 from ${s}.events e where e.id = j.event_id) as event_found
+select j.id::text as id, j.state, j.attempt, exists (select 1 from ${s}.events e where e.id = j.event_id) as event_found,
+       (select o.id::text from ${s}.jobs o
+        where j.kind = 'handler' and o.event_id = j.event_id and o.kind = 'handler' and o.target = j.target
+          and o.id <> j.id and o.state = any (${BUSY})
+        order by o.id limit 1) as waiting_job_id
 from ${s}.jobs j where j.id = any($1::bigint[]) order by j.id`,
   };
 }
