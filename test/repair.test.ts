@@ -99,6 +99,26 @@ describeTargets('repair on $name', (target) => {
     expect((await bus.overview()).discarded).toBe(1);
   });
 
+  test("a retried handler job's schedule starts again: its backoff is given the attempt within the new allowance", async () => {
+    // Counted on from the total, the default schedule's first wait after a retry of a 5-attempt
+    // job was 5 s × 5^5 (4.3 h), its last ones days: past the consume records' retention.
+    const bus = await testBus(target, events);
+    // 10 ms after a first attempt, an hour after any later one.
+    bus.on('order.created', 'erp', () => {
+      throw new Error('ERP down');
+    }, { maxAttempts: 2, backoff: (n) => (n === 1 ? 10 : 3_600_000) });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'B' }));
+    const { jobId } = await discarded;
+    const failed = bus.lifecycle.waitFor('job:failed', (f) => f.jobId === jobId && f.attempt === 3);
+    const again = bus.lifecycle.waitFor('job:discarded');
+    const t0 = Date.now();
+    expect(await bus.jobs.retry([jobId])).toEqual([jobId]);
+    expect((await failed).retryAt!.getTime() - t0).toBeLessThan(60_000);
+    expect((await again).attempt).toBe(4);
+  });
+
   test('jobs.retry(ids) leaves alone jobs whose event retention removed; bad input names the field', async () => {
     const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
     const s = bus.schema;

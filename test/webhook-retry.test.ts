@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { attemptInAllowance } from '../src/channels/webhook/channel.js';
+import { attemptInAllowance } from '../src/core/backoff.js';
 import { parseRetryAfter, webhookRetryDelayMs, WEBHOOK_MAX_ATTEMPTS, WEBHOOK_MAX_RETRY_AFTER_MS } from '../src/channels/webhook/retry.js';
 
 describe('webhook retry schedule', () => {

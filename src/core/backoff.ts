@@ -4,6 +4,21 @@ import { OptionsError } from './errors.js';
 /** Delay in ms before the next attempt, given the attempt that just failed (1-based). */
 export type Backoff = (attempt: number) => number;
 
+/**
+ * Which attempt of its current allowance a job is on: the `n` its schedule is given. A job that
+ * an operator retried (bus.jobs.retry) keeps its attempt count, so a late completion of an old
+ * attempt never matches, and gets `allowance` more attempts on top (max_attempts = attempt +
+ * allowance), so its schedule starts again from the first delay. Counted on, a retried webhook
+ * delivery's first failure waited 19⁴ s (36 h), and a retried handler job's 5 s × 5^5 (4.3 h),
+ * its later ones days: beyond the schedule the consume records of transactional handlers are
+ * kept for. A job made under a larger allowance than the one given reads as retried part way;
+ * its waits then restart early, they never grow.
+ */
+export function attemptInAllowance(job: { attempt: number; maxAttempts: number }, allowance: number): number {
+  const before = job.maxAttempts - allowance;
+  return before > 0 && job.attempt > before ? job.attempt - before : job.attempt;
+}
+
 export const DEFAULT_HANDLER_BACKOFF_BASE_MS = 5_000;
 export const DEFAULT_HANDLER_BACKOFF_FACTOR = 5;
 export const DEFAULT_HANDLER_JITTER_MS = 30_000;

@@ -1,5 +1,6 @@
 // The handler channel as the worker sees it: claim per registered handler within its own
 // concurrency, leased for its own timeout, back off per the handler's schedule, run through runHandler.
+import { attemptInAllowance } from '../../core/backoff.js';
 import type { Clock } from '../../core/clock.js';
 import type { LazyLogger } from '../../core/logger.js';
 import type { JobAbort } from '../../worker/abort.js';
@@ -51,7 +52,8 @@ export class HandlerChannel implements JobChannel {
   }
 
   backoffMs(job: ClaimedJob): number {
-    return this.handler(job).backoff(job.attempt);
+    const h = this.handler(job);
+    return h.backoff(attemptInAllowance(job, h.maxAttempts));
   }
 
   timeoutMessage(_job: ClaimedJob, timeoutMs: number): string {

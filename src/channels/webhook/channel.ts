@@ -1,6 +1,7 @@
 // The webhook channel: turns a claimed webhook job into one signed HTTP attempt, writes the
 // attempt log and the endpoint's health in one statement, and tells the worker what comes next
 // (complete, retry on the attempt⁴ schedule or at a later Retry-After, or discard).
+import { attemptInAllowance } from '../../core/backoff.js';
 import { appNow, type Clock } from '../../core/clock.js';
 import { permanent, retryAfter } from '../../core/errors.js';
 import { storable } from '../../core/errors-format.js';
@@ -163,18 +164,6 @@ async function attempt(
     deps.lifecycle.emit('endpoint:state', { endpointId: p.endpointId, state: stateChangedTo, reason });
   }
   return { result, stateChangedTo };
-}
-
-/**
- * Which attempt of its allowance `job` is on, for the attempt⁴ schedule. A retried delivery
- * (bus.jobs.retry) keeps its attempt count and gets `allowance` (webhooks.maxAttempts) more on
- * top, so its schedule starts again at 1 s: counted on, attempt 19 of a retried delivery waited
- * 19⁴ s (36 h) and its last ones weeks. A job made under a larger webhooks.maxAttempts than this
- * process's reads as retried part way; its waits then restart early, they never grow.
- */
-export function attemptInAllowance(job: Pick<ClaimedJob, 'attempt' | 'maxAttempts'>, allowance: number): number {
-  const before = job.maxAttempts - allowance;
-  return before > 0 && job.attempt > before ? job.attempt - before : job.attempt;
 }
 
 export class WebhookChannel implements JobChannel {
