@@ -520,6 +520,35 @@ describeTargets('admin API on $name', (target) => {
     expect(await page('state=discarded&handler=mailer')).toMatch(/name="handler" value="mailer"/);
   });
 
+  test('endpoints come in pages: the API gives nextCursor, the panel links to more; past the first 1,000 too', async () => {
+    const { bus, s } = await setup(target);
+    // Before, the API, the panel and the CLI showed the oldest 1,000 and nothing said more existed.
+    // Ids in creation order, as UUIDv7 ones are: the g-th endpoint's id sorts g-th.
+    await target.query(`insert into "${bus.schema}".endpoints (id, url, event_types, like_patterns, secrets, secret_hint)
+      select (lpad(to_hex(g), 8, '0') || '-0000-7000-8000-000000000000')::uuid, 'http://127.0.0.1:9/' || g, '{order.*}', '{order.%}',
+             jsonb_build_array(jsonb_build_object('secret', 'whsec_x')), 'xxxx'
+      from generate_series(1, 1001) g`);
+    const first = (await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json;
+    expect(first.endpoints).toHaveLength(1000);
+    expect(first.nextCursor).toBe(first.endpoints[999].id);
+    const rest = (await call(s.url, 'GET', `/api/endpoints?cursor=${first.nextCursor}`, { headers: bearer() })).json;
+    expect(rest.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1001']);
+    expect(rest.nextCursor).toBeNull();
+    const two = (await call(s.url, 'GET', '/api/endpoints?limit=2', { headers: bearer() })).json;
+    expect(two.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1', 'http://127.0.0.1:9/2']);
+    for (const bad of ['limit=0', 'limit=1001', 'cursor=x']) {
+      const r = await call(s.url, 'GET', `/api/endpoints?${bad}`, { headers: bearer() });
+      expect(r.status).toBe(400);
+      expect(r.json.error.parameter).toBe(bad.split('=')[0]);
+    }
+    const page = (await call(s.url, 'GET', '/endpoints?state=enabled', { headers: bearer() })).text;
+    const next = /<a href="\/endpoints\?([^"]+)" rel="next">/.exec(page);
+    expect(next).not.toBeNull();
+    const after = (await call(s.url, 'GET', `/endpoints?${next![1]!.replace(/&amp;/g, '&')}`, { headers: bearer() })).text;
+    expect(after).toContain('http://127.0.0.1:9/201<');
+    expect(after).not.toContain('http://127.0.0.1:9/200<');
+  });
+
   test('the endpoints pages offer Disable for a failing endpoint too, and Enable only where there is something to clear', async () => {
     const { bus, s } = await setup(target);
     const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'] });

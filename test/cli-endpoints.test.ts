@@ -143,6 +143,22 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(JSON.parse(json.out)[0].responseExcerpt).toBe('\x1b[2J\x1b]0;owned\x07\x1b[32mall good\x1b[0m');
   });
 
+  it('list pages with --limit and --cursor, saying where the next page starts', async () => {
+    const bus = await testBus(postgresTarget, events, { ...quiet, webhooks: { allowPrivateNetworks: true } } as never);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema];
+    const ids: string[] = [];
+    for (const n of [1, 2, 3]) ids.push((await bus.endpoints.create({ url: `http://127.0.0.1:9/${n}`, eventTypes: ['order.*'] })).id);
+    const first = await rea('endpoints', 'list', '--limit', '2', ...db);
+    expect(first.out).toContain('http://127.0.0.1:9/2');
+    expect(first.out).not.toContain('http://127.0.0.1:9/3');
+    expect(first.out.trim().split('\n').at(-1)).toBe(`(more: --cursor ${ids[1]})`);
+    const rest = await rea('endpoints', 'list', '--limit', '2', '--cursor', ids[1]!, '--json', ...db);
+    expect(JSON.parse(rest.out).map((e: { id: string }) => e.id)).toEqual([ids[2]]);
+    const bad = await rea('endpoints', 'list', '--cursor', 'next', ...db);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain('--cursor');
+  });
+
   it('list, update and disable never send control characters of a description or a disable reason to the terminal', async () => {
     const bus = await testBus(postgresTarget, events, quiet);
     const db = ['--database-url', PG_URL, '--schema', bus.schema];

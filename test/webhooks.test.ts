@@ -103,6 +103,27 @@ describeTargets('webhooks on $name', (target) => {
     expect(() => new Webhook(rotated.secret).verify(second.body, second.headers)).toThrow();
   });
 
+  test('endpoints.list pages by id: oldest first, the next page after the last id; a bad cursor is named', async () => {
+    // Before, it stopped at the oldest 1,000 and nothing reached the ones after.
+    const bus = await testBus(target, events, local);
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) made.push((await bus.endpoints.create({ url: `http://127.0.0.1:9/${i}`, eventTypes: ['order.created'] })).id);
+    const pages: string[][] = [];
+    let after: string | undefined;
+    for (;;) {
+      const page = await bus.endpoints.list({ limit: 2, ...(after ? { after } : {}) });
+      pages.push(page.map((e) => e.id));
+      if (page.length < 2) break;
+      after = page.at(-1)!.id;
+    }
+    expect(pages).toEqual([made.slice(0, 2), made.slice(2, 4), made.slice(4)]);
+    await bus.endpoints.disable(made[3]!);
+    expect((await bus.endpoints.list({ state: 'enabled', after: made[1]! })).map((e) => e.id)).toEqual([made[2], made[4]]);
+    const err = await bus.endpoints.list({ after: 'page-2' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OptionsError);
+    expect((err as OptionsError).message).toContain('endpoints.list.after');
+  });
+
   test('rotateSecret refuses a grace period too long to store, by name', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver();

@@ -35,6 +35,13 @@ export const jobListQuery = z.object({
   limit: limit.optional(),
 }).strict();
 
+export const endpointListQuery = z.object({
+  state: z.enum(['enabled', 'failing', 'disabled'], { message: 'must be enabled, failing or disabled' }).optional(),
+  /** The nextCursor of the previous page: an endpoint id. */
+  cursor: uuid.optional(),
+  limit: z.coerce.number({ message: 'must be a number' }).int('must be a whole number').min(1, 'must be at least 1').max(1000, 'must be at most 1000').optional(),
+}).strict();
+
 const oneOrMany = <T extends z.ZodType>(item: T) => z.union([item, z.array(item).min(1).max(1000)]).transform((v) => (Array.isArray(v) ? v : [v]) as z.output<T>[]);
 
 export const eventIds = oneOrMany(uuid);

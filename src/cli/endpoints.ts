@@ -107,13 +107,19 @@ export function endpointsCommand(): Command {
   root.addCommand(
     command('list', 'list endpoints with their state (never their secrets)')
       .option('--state <state>', 'only enabled, failing or disabled endpoints')
-      .action(async (flags: Flags & { state?: string }) => {
+      .option('--cursor <id>', 'the next page, as printed after the last one: endpoints created after this one')
+      .option('--limit <n>', 'endpoints per page (1–1000); a full page (--json: an array this long) may have more after it', wholeNumber(1, 1000), 1000)
+      .action(async (flags: Flags & { state?: string; cursor?: string; limit: number }) => {
         if (flags.state !== undefined && !STATES.includes(flags.state as EndpointState)) {
           throw new UsageError('--state', `must be one of ${STATES.join(', ')}, got '${flags.state}'`);
         }
-        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.list({ state: flags.state as EndpointState | undefined }));
+        if (flags.cursor !== undefined && !UUID.test(flags.cursor)) throw new UsageError('--cursor', `${flags.cursor} is not an endpoint id (a UUID)`);
+        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.list({
+          state: flags.state as EndpointState | undefined, limit: flags.limit, ...(flags.cursor ? { after: flags.cursor } : {}),
+        }));
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatEndpoint).join('\n') : 'no endpoints');
+        if (list.length === flags.limit) console.log(`(more: --cursor ${list.at(-1)!.id})`);
       }),
   );
 

@@ -71,7 +71,8 @@ export interface WebhookExecutor {
     id: string; url: string; description: string; eventTypes: string[];
     secret: string; secretHint: string; now: Date | null;
   }): Promise<EndpointRow>;
-  endpointList(p: { state: EndpointState | null; limit: number }): Promise<EndpointRow[]>;
+  /** Oldest first (ids are UUIDv7, so by creation), those after `after` (an id) when given. */
+  endpointList(p: { state: EndpointState | null; limit: number; after: string | null }): Promise<EndpointRow[]>;
   endpointGet(p: { id: string }): Promise<EndpointRow | null>;
   /** Null fields are left as they are. */
   endpointUpdate(p: {

@@ -1,14 +1,18 @@
-// GET /api/endpoints?state: webhook endpoints with state, failing since and disabled reason (never a secret).
-import { z } from 'zod';
+// GET /api/endpoints?state&cursor&limit: webhook endpoints with state, failing since and disabled
+// reason (never a secret), oldest first, in keyset pages of up to limit (default 1000).
 import { endpointView } from '../data.js';
 import { defineRoute, parse, queryFields } from '../route.js';
+import { endpointListQuery } from '../schemas.js';
 
-const query = z.object({ state: z.enum(['enabled', 'failing', 'disabled'], { message: 'must be enabled, failing or disabled' }).optional() }).strict();
+const DEFAULT_LIMIT = 1000;
 
 export default defineRoute({
   method: 'GET', path: '/api/endpoints', access: 'user', kind: 'api',
   async handle({ bus, query: q }) {
-    const filter = parse(query, queryFields(q));
-    return { json: { endpoints: (await bus.endpoints.list(filter)).map(endpointView) } };
+    const { state, cursor, limit = DEFAULT_LIMIT } = parse(endpointListQuery, queryFields(q));
+    const endpoints = await bus.endpoints.list({ ...(state ? { state } : {}), limit, ...(cursor ? { after: cursor } : {}) });
+    // A full page may have more after it; an empty next page costs one query.
+    const nextCursor = endpoints.length === limit ? endpoints.at(-1)!.id : null;
+    return { json: { endpoints: endpoints.map(endpointView), nextCursor } };
   },
 });

@@ -5,14 +5,22 @@ import { endpointView, type EndpointView } from '../data.js';
 import { actionButton, badge, html, layout, table, time } from '../html.js';
 import { defineRoute, parse, queryFields } from '../route.js';
 
-const query = z.object({ state: z.enum(['enabled', 'failing', 'disabled']).optional() }).strip();
+const query = z.object({
+  state: z.enum(['enabled', 'failing', 'disabled']).optional(),
+  cursor: z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be an endpoint id').optional(),
+}).strip();
+/** Endpoints a page shows; a full page links to the next. */
+const PAGE_SIZE = 200;
 
 export default defineRoute({
   method: 'GET', path: '/endpoints', access: 'user', kind: 'page',
   async handle(ctx) {
     const p = ctx.page;
     const filter = parse(query, queryFields(ctx.query));
-    const endpoints = (await ctx.bus.endpoints.list(filter)).map(endpointView);
+    const endpoints = (await ctx.bus.endpoints.list({
+      ...(filter.state ? { state: filter.state } : {}), limit: PAGE_SIZE, ...(filter.cursor ? { after: filter.cursor } : {}),
+    })).map(endpointView);
+    const more = (cursor: string) => new URLSearchParams({ ...(filter.state ? { state: filter.state } : {}), ...(cursor ? { cursor } : {}) }).toString();
     const rows = endpoints.map((e) => [
       html`<a href="${p.base}/endpoints/${e.id}"><code>${e.url}</code></a>${e.description ? html`<div class="muted">${e.description}</div>` : ''}`,
       html`<code>${e.eventTypes.join(', ')}</code>`,
@@ -22,6 +30,7 @@ export default defineRoute({
     const body = html`<h1>Endpoints</h1>
 <nav class="tabs">${(['', 'enabled', 'failing', 'disabled'] as const).map((s) => html`<a href="${p.base}/endpoints${s ? `?state=${s}` : ''}"${(filter.state ?? '') === s ? html` aria-current="page"` : ''}>${s || 'all'}</a>`)}</nav>
 ${table(['URL', 'Event types', 'State', 'Failing since', 'Disabled reason', 'Secret', ''], rows, 'No endpoints.')}
+<nav class="pager">${filter.cursor ? html`<a href="${p.base}/endpoints${more('') ? `?${more('')}` : ''}">first</a>` : ''}${endpoints.length === PAGE_SIZE ? html`<a href="${p.base}/endpoints?${more(endpoints.at(-1)!.id)}" rel="next">more →</a>` : ''}</nav>
 <h2>Add an endpoint</h2>
 <form class="stack" method="post" action="${p.base}/api/endpoints">
 <input type="hidden" name="_csrf" value="${p.csrf ?? ''}"><input type="hidden" name="_return" value="/endpoints">

@@ -44,7 +44,11 @@ export interface NewDelivery {
 
 export interface EndpointsApi {
   create(input: EndpointInput): Promise<EndpointWithSecret>;
-  list(filter?: { state?: EndpointState; limit?: number }): Promise<Endpoint[]>;
+  /**
+   * Oldest first, at most `limit` (1–1000, default 1000). A full page may have more after it:
+   * ask again with `after` = its last id.
+   */
+  list(filter?: { state?: EndpointState; limit?: number; after?: string }): Promise<Endpoint[]>;
   get(id: string): Promise<Endpoint | null>;
   update(id: string, changes: EndpointChanges): Promise<Endpoint>;
   /** The owner's act after fixing the receiver: state enabled, failing and disabled fields cleared. */
@@ -170,7 +174,9 @@ export function createWebhookApi(
       if (state !== null && !ENDPOINT_STATES.includes(state)) throw new OptionsError('endpoints.list.state', `must be one of ${ENDPOINT_STATES.join(', ')}`);
       const limit = filter.limit ?? MAX_LIST;
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST) throw new OptionsError('endpoints.list.limit', `must be an integer in 1–${MAX_LIST}`);
-      return w.endpointList({ state, limit });
+      const after = filter.after ?? null;
+      if (after !== null && (typeof after !== 'string' || !UUID.test(after))) throw new OptionsError('endpoints.list.after', 'must be an endpoint id (the last one of the page before)');
+      return w.endpointList({ state, limit, after });
     },
 
     async get(id) {

@@ -25,8 +25,8 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
     return mapEndpoint(rows[0]!);
   }
 
-  async endpointList(p: { state: EndpointState | null; limit: number }): Promise<EndpointRow[]> {
-    const { rows } = await this.pool.query<Row>(this.sql.endpointList, [p.state, p.limit]);
+  async endpointList(p: { state: EndpointState | null; limit: number; after: string | null }): Promise<EndpointRow[]> {
+    const { rows } = await this.pool.query<Row>(this.sql.endpointList, [p.state, p.limit, p.after]);
     return rows.map(mapEndpoint);
   }
 

@@ -20,10 +20,11 @@ values ($1::uuid, $2, $3, $4::text[], $5::text[],
         $7, coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now()))
 returning ${ENDPOINT_COLUMNS}`,
 
+    // Keyset pages by id: UUIDv7, so creation order, and the primary key walks it.
     endpointList: /* sql */ `
 select ${ENDPOINT_COLUMNS} from ${s}.endpoints
-where ($1::text is null or state = $1::text)
-order by created_at, id
+where ($1::text is null or state = $1::text) and ($3::uuid is null or id > $3::uuid)
+order by id
 limit $2`,
 
     endpointGet: /* sql */ `
