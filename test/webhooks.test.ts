@@ -124,6 +124,41 @@ describeTargets('webhooks on $name', (target) => {
     expect((err as OptionsError).message).toContain('endpoints.list.after');
   });
 
+  test("a failing endpoint's backlog steps aside for the others' deliveries, and comes back when it recovers", async () => {
+    // Claims go in order of due time across endpoints: before, the five deliveries of an endpoint
+    // that never answers held the only webhook slot for a timeout each, and the other endpoint's
+    // delivery waited behind all of them.
+    let healthy = false;
+    const hanging = await receiver((_q, res) => {
+      if (healthy) res.end('ok');
+    });
+    const other = await receiver();
+    const bus = await testBus(target, events, {
+      ...fast, worker: { ...fast.worker, prefetch: 0 }, webhooks: { allowPrivateNetworks: true, concurrency: 1, timeoutMs: 300 },
+    });
+    const a = await bus.endpoints.create({ url: hanging.url, eventTypes: ['order.paid'] });
+    await bus.endpoints.create({ url: other.url, eventTypes: ['order.created'] });
+    await bus.start();
+    await bus.transaction(async (tx) => {
+      for (let i = 1; i <= 5; i++) await bus.record(tx, 'order.paid', { orderNo: `P${i}`, amount: i });
+    });
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C' }));
+    await other.nth(1);
+    expect(hanging.received).toHaveLength(1);
+    const waiting = async () => target.query(
+      `select id, scheduled_at > now() + interval '4 minutes' as moved from "${bus.schema}".jobs
+       where kind = 'webhook' and target = $1 and state in ('available', 'retryable') order by id`, [a.id]);
+    const before = await waiting();
+    // The one that failed waits its own retry (1 s); the four behind it were moved 5 minutes out.
+    expect(before.map((j) => j.moved)).toEqual([false, true, true, true, true]);
+
+    healthy = true;
+    const recovered = Promise.all([2, 3, 4, 5, 6].map((n) => hanging.nth(n)));
+    // Its retry comes (1 s): it succeeds, the endpoint is enabled, and the other four come back now.
+    await Promise.race([recovered, new Promise((_r, reject) => setTimeout(() => reject(new Error('the moved deliveries did not come back')), 10_000))]);
+    expect(new Set(hanging.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
+  });
+
   test('rotateSecret refuses a grace period too long to store, by name', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver();

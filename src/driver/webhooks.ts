@@ -89,7 +89,12 @@ export interface WebhookExecutor {
   endpointDisableFailing(p: { failingForMs: number; reason: string; limit: number; now: Date | null }): Promise<string[]>;
 
   /** Write one attempt and apply its effect on the endpoint, in one statement; returns the endpoint's new state when it changed. */
-  attemptRecord(p: { attempt: AttemptInsert; health: HealthEffect; now: Date | null }): Promise<{ stateChangedTo: EndpointState | null }>;
+  /**
+   * The attempt row and the endpoint's health in one statement. A failure also moves the
+   * endpoint's other due deliveries `failingDelayMs` out, and a success that makes it enabled again
+   * brings them back to now.
+   */
+  attemptRecord(p: { attempt: AttemptInsert; health: HealthEffect; failingDelayMs: number; now: Date | null }): Promise<{ stateChangedTo: EndpointState | null }>;
   /** Newest first. */
   attemptList(p: { endpointId: string | null; eventId: string | null; beforeId: string | null; limit: number }): Promise<AttemptRow[]>;
   /** Delete up to `limit` attempts older than now − olderThanMs; returns how many. */

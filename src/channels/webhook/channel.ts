@@ -153,6 +153,7 @@ async function attempt(
     },
     // An attempt this process cut short as it stopped says nothing about the endpoint.
     health: p.test || stoppedByUs(p.signal) ? { effect: 'none' } : healthOf(result.outcome),
+    failingDelayMs: settings.failingDelayMs,
     now: deps.clock.now(),
   });
   deps.lifecycle.emit('webhook:attempt', {

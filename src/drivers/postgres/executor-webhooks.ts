@@ -68,11 +68,11 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
     return rows.map((r) => r.id as string);
   }
 
-  async attemptRecord(p: { attempt: AttemptInsert; health: HealthEffect; now: Date | null }): Promise<{ stateChangedTo: EndpointState | null }> {
+  async attemptRecord(p: { attempt: AttemptInsert; health: HealthEffect; failingDelayMs: number; now: Date | null }): Promise<{ stateChangedTo: EndpointState | null }> {
     const a = p.attempt;
     const { rows } = await this.pool.query<Row>(this.sql.attemptRecord, [
       a.jobId, a.endpointId, a.eventId, a.webhookId, a.attempt, a.status, Math.round(a.durationMs), a.outcome,
-      a.responseExcerpt, a.error, p.health.effect, p.now, p.health.effect === 'gone' ? p.health.reason : null,
+      a.responseExcerpt, a.error, p.health.effect, p.now, p.health.effect === 'gone' ? p.health.reason : null, p.failingDelayMs,
     ]);
     return { stateChangedTo: (rows[0]?.state_changed_to ?? null) as EndpointState | null };
   }

@@ -1,6 +1,9 @@
 // The webhook statements of the PostgreSQL and PGlite drivers, named after the WebhookExecutor
 // method that runs each. `s` is the already-quoted schema; time comes in as coalesce($now, now()).
 
+/** Deliveries an attempt moves out (a failure) or back (a recovery) at most: see attemptRecord. */
+export const ENDPOINT_MOVE_BATCH = 1000;
+
 // Every read of an endpoint selects exactly these columns: `secrets` is never among them.
 const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, disabled_at,
   disabled_reason, secret_hint, created_at, updated_at`;
@@ -116,6 +119,14 @@ returning e.id::text as id`,
     // The attempt row and the endpoint's health move together. The endpoint row is only written
     // when its state really changes, so a healthy endpoint costs no update per delivery; one that
     // was disabled meanwhile (by its owner or the health pass) stays disabled.
+    //
+    // A failed attempt also moves the endpoint's other deliveries that are due now to failingDelayMs
+    // ($14) out, as its new ones are while it fails: claims go in order of due time across
+    // endpoints, so the backlog of one that hangs held every webhook slot (each for the whole HTTP
+    // timeout) and the other endpoints' deliveries waited behind it. Each later failure moves what
+    // has come due since, so a failing endpoint gets a probe's worth of slots, not its backlog's. A
+    // success that makes it enabled again brings what was moved back to now. Up to
+    // ENDPOINT_MOVE_BATCH rows each way per attempt, through jobs_claim_idx.
     attemptRecord: /* sql */ `
 with attempt as (
   insert into ${s}.webhook_attempts
@@ -138,8 +149,37 @@ with attempt as (
                        when 'gone' then true
                        else false end
   returning e.state
+), moved_out as (
+  update ${s}.jobs j
+  set scheduled_at = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
+  from (
+    select id from ${s}.jobs
+    where $11::text = 'failure' and $14::double precision > 0
+      and kind = 'webhook' and target = $2::uuid::text and state in ('available', 'retryable')
+      and scheduled_at <= coalesce($12::timestamptz, now())
+    order by priority, scheduled_at, id
+    limit ${ENDPOINT_MOVE_BATCH}
+    for update skip locked
+  ) due
+  where j.id = due.id
+  returning 1
+), brought_back as (
+  update ${s}.jobs j
+  set scheduled_at = coalesce($12::timestamptz, now())
+  from (
+    select id from ${s}.jobs
+    where $11::text = 'success' and kind = 'webhook' and target = $2::uuid::text and state in ('available', 'retryable')
+      and scheduled_at > coalesce($12::timestamptz, now())
+      and scheduled_at <= coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
+    order by priority, scheduled_at, id
+    limit ${ENDPOINT_MOVE_BATCH}
+    for update skip locked
+  ) moved
+  where j.id = moved.id and exists (select 1 from health where health.state = 'enabled')
+  returning 1
 )
-select (select state from health) as state_changed_to, (select count(*) from attempt)::int as written`,
+select (select state from health) as state_changed_to, (select count(*) from attempt)::int as written,
+       (select count(*) from moved_out)::int as moved_out, (select count(*) from brought_back)::int as brought_back`,
 
     attemptListForEndpoint: /* sql */ `
 select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts
