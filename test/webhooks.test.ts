@@ -126,17 +126,19 @@ describeTargets('webhooks on $name', (target) => {
 
   test("a failing endpoint's backlog steps aside for the others' deliveries, and comes back when it recovers", async () => {
     // Claims go in order of due time across endpoints: before, the five deliveries of an endpoint
-    // that never answers held the only webhook slot for a timeout each, and the other endpoint's
-    // delivery waited behind all of them.
+    // that is down were each tried (a timeout each, for one that hangs) on the only webhook slot,
+    // and the other endpoint's delivery waited behind all of them.
     let healthy = false;
-    const hanging = await receiver((_q, res) => {
-      if (healthy) res.end('ok');
+    const down = await receiver((_q, res) => {
+      if (healthy) return res.end('ok');
+      res.writeHead(503, { 'retry-after': '600' }); // its own retry stays out of this test's way
+      res.end();
     });
     const other = await receiver();
     const bus = await testBus(target, events, {
-      ...fast, worker: { ...fast.worker, prefetch: 0 }, webhooks: { allowPrivateNetworks: true, concurrency: 1, timeoutMs: 300 },
+      ...fast, worker: { ...fast.worker, prefetch: 0 }, webhooks: { allowPrivateNetworks: true, concurrency: 1 },
     });
-    const a = await bus.endpoints.create({ url: hanging.url, eventTypes: ['order.paid'] });
+    const a = await bus.endpoints.create({ url: down.url, eventTypes: ['order.paid'] });
     await bus.endpoints.create({ url: other.url, eventTypes: ['order.created'] });
     await bus.start();
     await bus.transaction(async (tx) => {
@@ -144,19 +146,19 @@ describeTargets('webhooks on $name', (target) => {
     });
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C' }));
     await other.nth(1);
-    expect(hanging.received).toHaveLength(1);
-    const waiting = async () => target.query(
-      `select id, scheduled_at > now() + interval '4 minutes' as moved from "${bus.schema}".jobs
+    expect(down.received).toHaveLength(1);
+    const waiting = await target.query(
+      `select id, attempt, scheduled_at > now() + interval '4 minutes' as moved from "${bus.schema}".jobs
        where kind = 'webhook' and target = $1 and state in ('available', 'retryable') order by id`, [a.id]);
-    const before = await waiting();
-    // The one that failed waits its own retry (1 s); the four behind it were moved 5 minutes out.
-    expect(before.map((j) => j.moved)).toEqual([false, true, true, true, true]);
+    // The one that failed waits its Retry-After; the four behind it were moved 5 minutes out.
+    expect(waiting.map((j) => [j.attempt, j.moved])).toEqual([[1, true], [0, true], [0, true], [0, true], [0, true]]);
 
     healthy = true;
-    const recovered = Promise.all([2, 3, 4, 5, 6].map((n) => hanging.nth(n)));
-    // Its retry comes (1 s): it succeeds, the endpoint is enabled, and the other four come back now.
+    const recovered = Promise.all([2, 3, 4, 5, 6].map((n) => down.nth(n)));
+    // Its retry comes (made due here): it succeeds, the endpoint is enabled, and the other four come back now.
+    await target.query(`update "${bus.schema}".jobs set scheduled_at = now() where id = $1`, [waiting[0].id]);
     await Promise.race([recovered, new Promise((_r, reject) => setTimeout(() => reject(new Error('the moved deliveries did not come back')), 10_000))]);
-    expect(new Set(hanging.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
+    expect(new Set(down.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
   });
 
   test('rotateSecret refuses a grace period too long to store, by name', async () => {
