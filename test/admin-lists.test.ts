@@ -85,7 +85,7 @@ describeTargets('admin lists on $name', (target) => {
     expect(moved).toEqual([mailer.items[0]!.id]);
     const discarded = await bus2.jobs.list({ state: 'discarded' });
     expect(discarded.items.map((j) => j.id)).toEqual(moved);
-    expect(discarded.items[0]!.errors.at(-1)).toMatchObject({ name: 'DiscardedByOperator' });
+    expect(discarded.items[0]!.errors.at(-1)).toMatchObject({ name: 'DiscardedByOperator', message: 'discarded by an operator (bus.jobs.discard: the API, the panel or the CLI)' });
     expect(await bus2.jobs.discard(moved)).toEqual([]); // already discarded: nothing moves
     await expect(bus2.jobs.discard(['abc'])).rejects.toMatchObject({ parameter: 'ids' });
     expect(await bus2.driver.admin.handlerNames()).toEqual(['indexer', 'mailer']);

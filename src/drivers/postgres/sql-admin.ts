@@ -58,7 +58,7 @@ set state = 'discarded',
     lease_expires_at = null,
     errors = errors || jsonb_build_array(jsonb_build_object(
       'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'DiscardedByOperator',
-      'message', 'discarded by an operator from the admin API'))
+      'message', 'discarded by an operator (bus.jobs.discard: the API, the panel or the CLI)'))
 where id = any($1::bigint[]) and state = any (${WAITING})
 returning id::text as id`,
 
