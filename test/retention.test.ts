@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { defineEvents, exponentialBackoff, ManualClock, OptionsError } from '../src/index.js';
 import { backoffUpperBound } from '../src/core/backoff.js';
 import { consumeRetentionMs, handlerScheduleMs, parseDuration } from '../src/maintenance/retention.js';
-import { describeTargets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, freshSchema, PG_URL, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({
   'note.saved': z.object({ n: z.number() }),
@@ -369,6 +369,29 @@ describeTargets('retention on $name', (target) => {
       [`app:${app}.visits_eu`, 2], [`app:${app}.visits_us`, 0],
     ]);
     expect((await target.query<{ region: string }>(`select region from "${app}".visits order by region`)).map((r) => r.region)).toEqual(['us', 'us']);
+  });
+
+  test("an unqualified name that the search_path resolves to one of rea's tables is refused on the first pass, and none of its rows go", async () => {
+    // register() refuses `<schema>.events` by name; `events` alone reached the database, resolved
+    // to rea's own table where rea's schema is on the search_path, and deleted the backlog.
+    const clock = new ManualClock();
+    const schema = freshSchema();
+    let database = target.database();
+    if (target.name === 'pglite') {
+      await target.query(`set search_path to "${schema}", public`);
+      onTestFinished(async () => {
+        await target.query('reset search_path');
+      });
+    } else {
+      database = { ...database, postgres: `${PG_URL}?options=${encodeURIComponent(`-c search_path="${schema}",public`)}` } as typeof database;
+    }
+    const bus = await testBus(target, events, { clock, ...quiet, schema, database });
+    await record(bus, 3);
+    expect(await ids(target, schema)).toHaveLength(3);
+    bus.retention.register({ table: 'events', timeColumn: 'created_at', olderThan: '1d' });
+    clock.advance(2 * DAY);
+    await expect(bus.retention.run()).rejects.toThrow(new RegExp(`retention\\.register\\(events\\)\\.table: events resolves to ${schema}\\.events, one of rea's own tables`));
+    expect(await ids(target, schema)).toHaveLength(3);
   });
 
   test('a registered table that does not exist fails the pass naming the table', async () => {

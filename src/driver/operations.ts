@@ -75,9 +75,10 @@ export interface OperationsExecutor {
   /**
    * An application table as retention needs it: the type of its time column (null when the
    * column is missing), and whether it is partitioned or has inheritance children (its rows then
-   * live in several tables). Null when the table is missing.
+   * live in several tables), and the schema the name resolved to (an unqualified one by the
+   * search_path). Null when the table is missing.
    */
-  appTable(params: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean } | null>;
+  appTable(params: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean; schema: string } | null>;
 
   /** Counts exact up to `exactLimit`, planner-estimated beyond; `backlogThreshold` places backlogCrossedAt. */
   overviewFacts(params: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts>;

@@ -169,6 +169,11 @@ export class Retention {
       if (!checked) {
         const found = await this.driver.operations.appTable({ table, column });
         if (found === null) throw new OptionsError(`${field}.table`, `table ${label} does not exist`);
+        // The check in register() sees only a schema that was written out: an unqualified name
+        // resolves by the connection's search_path, which may list rea's schema first.
+        if (found.schema === this.driver.schema) {
+          throw new OptionsError(`${field}.table`, `${label} resolves to ${found.schema}.${table.table}, one of rea's own tables; they have their own retention settings (retention.events, retention.jobs…)`);
+        }
         if (found.split) {
           throw new OptionsError(`${field}.table`, `${label} is partitioned or has inheritance children; register each partition (or child) on its own, or drop old partitions instead`);
         }

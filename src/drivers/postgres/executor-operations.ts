@@ -82,10 +82,10 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     }
   }
 
-  async appTable(p: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean } | null> {
+  async appTable(p: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean; schema: string } | null> {
     const { rows } = await this.pool.query<Row>(this.sql.appTable, [quoteTable(p.table), p.column]);
     const r = rows[0];
-    return r ? { columnType: r.column_type ?? null, split: r.split === true } : null;
+    return r ? { columnType: r.column_type ?? null, split: r.split === true, schema: r.schema as string } : null;
   }
 
   async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts> {

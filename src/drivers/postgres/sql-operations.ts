@@ -181,11 +181,13 @@ select count(*)::int as n from gone`,
 
     // split: a partitioned table, or one with inheritance children. A ctid names a row only within
     // one of its tables, so retentionDeleteApp would also delete rows at the same place in others.
+    // schema: where the name resolved, which for an unqualified name is the search_path's choice.
     appTable: /* sql */ `
 select (select format_type(a.atttypid, a.atttypmod) from pg_attribute a
         where a.attrelid = c.oid and a.attname = $2 and a.attnum > 0 and not a.attisdropped) as column_type,
-       c.relkind = 'p' or exists (select 1 from pg_inherits i where i.inhparent = c.oid) as split
-from pg_class c
+       c.relkind = 'p' or exists (select 1 from pg_inherits i where i.inhparent = c.oid) as split,
+       n.nspname as schema
+from pg_class c join pg_namespace n on n.oid = c.relnamespace
 where c.oid = to_regclass($1)`,
 
     // Every figure reads a partial index of live rows, or jobs_finalized_idx for final states,
