@@ -338,6 +338,29 @@ describe('a database that cannot be used', () => {
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 
+  it.skipIf(!postgresTarget.available)('capture --down --apply removes the trigger and its function (it ran the up script, installing it again)', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    expect((await rea('migrate', ...db)).code).toBe(0);
+    await postgresTarget.query(`create table ${schema}.capt (id int, a int)`);
+    const capture = (...more: string[]) => rea('capture', '--table', `${schema}.capt`, '--subject', 'id', '--watch', 'a', '--type', 'x.changed', '--apply', ...db, ...more);
+    const installed = async () => {
+      const triggers = await postgresTarget.query(`select tgname from pg_trigger where tgrelid = '${schema}.capt'::regclass and not tgisinternal`);
+      const functions = await postgresTarget.query(`select proname from pg_proc where pronamespace = '${schema}'::regnamespace and proname like 'capture%'`);
+      return { triggers: triggers.length, functions: functions.length };
+    };
+    expect(await capture()).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
+    expect(await installed()).toEqual({ triggers: 2, functions: 1 });
+    expect(await capture('--down')).toEqual({ code: 0, text: `capture trigger on ${schema}.capt removed` });
+    expect(await installed()).toEqual({ triggers: 0, functions: 0 });
+    // A script is told which it was; removing what is already gone is not an error.
+    const json = await capture('--down', '--json');
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.text)).toEqual({ removed: true, table: `${schema}.capt`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
+    expect(await installed()).toEqual({ triggers: 0, functions: 0 });
+    await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
   it.skipIf(!postgresTarget.available)('a role without privileges on rea\'s schema: one line naming the server and what was denied, as JSON too', async () => {
     const schema = freshSchema();
     const role = `${schema}_reader`;

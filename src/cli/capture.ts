@@ -61,9 +61,9 @@ export function captureCommand(): Command {
     .option('--update <type>', 'event type for updates')
     .option('--delete <type>', 'event type for deletes')
     .option('--name <name>', 'base name of the trigger and its function')
-    .option('--down', 'print the SQL that removes the trigger instead')
-    .option('--json', 'print { up, down } as JSON ({ applied, table, up, down } with --apply)')
-    .option('--apply', 'run the up SQL against the database now (in one transaction)')
+    .option('--down', 'print (with --apply: run) the SQL that removes the trigger instead')
+    .option('--json', 'print { up, down } as JSON ({ applied | removed, table, up, down } with --apply)')
+    .option('--apply', 'run the up SQL (the down SQL with --down) against the database now (in one transaction)')
     .action(async (flags: ConnectionFlags & {
       table: string; subject: string; watch?: string[]; payload?: string[]; type?: string;
       insert?: string; update?: string; delete?: string; name?: string; down?: boolean; json?: boolean; apply?: boolean;
@@ -82,8 +82,12 @@ export function captureCommand(): Command {
       });
       if (flags.apply) {
         resolveConnection(flags); // fail early with a clear message when no database is given
-        await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
-        console.log(flags.json ? JSON.stringify({ applied: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} applied`);
+        // --down --apply removes: it ran the up script, so asking to remove a trigger installed it
+        // (or failed on a table already dropped) and said 'applied'.
+        const script = flags.down ? sql.down : sql.up;
+        await withAdminBus(flags, (bus) => bus.driver.execScript(script)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
+        const done = flags.down ? 'removed' : 'applied';
+        console.log(flags.json ? JSON.stringify({ [done]: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} ${done}`);
         return;
       }
       if (flags.json) console.log(JSON.stringify(sql));
