@@ -266,6 +266,44 @@ for (const backend of backends) {
       await db.exec(sql.down); // and down tolerates running twice
     });
 
+    it('up refuses a name that another table\'s capture uses, instead of swapping the function under its triggers', async () => {
+      const schema = await freshSchema();
+      await db.exec(`create table "${schema}".refunds (id text primary key, state text)`);
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), name: 'shared' }).up);
+      const refunds: CaptureTriggerOptions = {
+        schema, table: `${schema}.refunds`, eventTypes: { update: 'refund.updated' }, subjectColumn: 'id', watchColumns: ['state'], payloadColumns: ['state'], name: 'shared',
+      };
+      // It was replaced: the orders' triggers then ran the refunds' body, and every write to
+      // orders failed on a column it lacks (record "new" has no field "state").
+      await expect(db.exec(captureTriggerSql(refunds).up)).rejects.toThrow(
+        `capture function "${schema}"."shared"() already serves the triggers of table ${schema}.orders, with another definition`,
+      );
+      await db.exec(`insert into "${schema}".orders (id, status, total) values ('o-1', 'new', 1)`);
+      await db.exec(`update "${schema}".orders set status = 'paid'`);
+      expect((await eventsBeforeSentinel(schema)).map((e) => `${e.type} ${e.subject}`)).toEqual(['order.created o-1', 'order.updated o-1']);
+      // The same table again (a changed definition) is still fine, and so is a name of its own.
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), name: 'shared', watchColumns: ['total'] }).up);
+      await db.exec(captureTriggerSql({ ...refunds, name: 'refunds' }).up);
+    });
+
+    it('lets one definition serve the same unqualified table in several schemas (one migration per tenant)', async () => {
+      const schema = await freshSchema();
+      const tenants = [`${schema}_t1`, `${schema}_t2`];
+      onTestFinished(() => db.exec(tenants.map((t) => `drop schema if exists "${t}" cascade;`).join('')));
+      const sql = captureTriggerSql({ ...orderOptions(schema), table: 'orders' });
+      for (const tenant of tenants) {
+        await db.exec(`create schema "${tenant}"; create table "${tenant}".orders (id text primary key, status text, total int)`);
+        await db.exec(`set search_path to "${tenant}"`);
+        try {
+          await db.exec(sql.up);
+          await db.exec(`insert into orders (id) values ('${tenant}')`);
+        } finally {
+          await db.exec('reset search_path');
+        }
+      }
+      expect((await eventsBeforeSentinel(schema)).map((e) => e.subject)).toEqual(tenants);
+    });
+
     it('up fails at once on a misspelt column instead of at the first business write', async () => {
       const schema = await freshSchema();
       await expect(db.exec(captureTriggerSql({ ...orderOptions(schema), payloadColumns: ['id', 'totl'] }).up)).rejects.toThrow(/totl/);

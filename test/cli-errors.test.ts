@@ -335,6 +335,11 @@ describe('a database that cannot be used', () => {
     const json = await capture(`${schema}.capt2`, '--watch', 'a', '--json');
     expect(json.code).toBe(0);
     expect(JSON.parse(json.text)).toEqual({ applied: true, table: `${schema}.capt2`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
+    // A name another table's capture uses (the default of capt2 given again, for capt3).
+    await postgresTarget.query(`create table ${schema}.capt3 (id int, b int)`);
+    const taken = await capture(`${schema}.capt3`, '--watch', 'b', '--name', `capture_${schema}_capt2`);
+    expect(taken.code).toBe(2);
+    expect(taken.text).toContain(`rea: invalid option --name: capture function "${schema}"."capture_${schema}_capt2"() already serves the triggers of table ${schema}.capt2`);
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 

@@ -13,8 +13,8 @@ interface ColumnFlags { table: string; subject: string; watch?: string[]; payloa
 
 /**
  * What the database said about the up SQL, as an error naming the flag at fault: the table (or
- * its schema) missing, a column missing (the script selects every named column first), anything
- * else it refused. Errors that are not the database's come back as they are.
+ * its schema) missing, a column missing (the script selects every named column first), the name
+ * taken by another table's capture, anything else it refused. Errors that are not the database's come back as they are.
  */
 function applyError(err: unknown, flags: ColumnFlags): unknown {
   if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
@@ -26,6 +26,8 @@ function applyError(err: unknown, flags: ColumnFlags): unknown {
     const field = column === undefined || column === flags.subject ? '--subject' : flags.watch?.includes(column) ? '--watch' : '--payload';
     return new OptionsError(field, `table ${flags.table} has no column ${column ?? '(unnamed)'} (the database said: ${message})`);
   }
+  // Raised by the up script itself: the function name is another table's capture.
+  if (code === '42723') return new OptionsError('--name', `${message} (the default name is capture_<table>; give --name)`);
   if (/^[0-9A-Z]{5}$/.test(code)) return new DatabaseError('refused', `the capture trigger on ${flags.table} was not applied: ${message} (SQLSTATE ${code})`, { cause: err });
   return err;
 }

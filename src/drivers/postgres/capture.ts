@@ -102,9 +102,32 @@ end
   });
 
   const checkedColumns = [...new Set([subject, ...watch, ...payload])].map(quoteIdent).join(', ');
+  // A name already used for another table's capture (the same --name given twice, or defaults
+  // that meet: public_orders and public.orders) would have `create or replace` swap the function
+  // under that table's triggers: its writes would then record this table's event types, or fail
+  // on columns it lacks. Refused, unless the definition is the very same (an unqualified table
+  // captured in each tenant's schema by one migration), which changes nothing for the others.
+  const check = `
+declare
+  other regclass;
+begin
+  select t.tgrelid::regclass into other
+    from pg_catalog.pg_trigger t join pg_catalog.pg_proc p on p.oid = t.tgfoid
+   where p.oid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})
+     and t.tgrelid <> ${literal(target)}::regclass
+     and p.prosrc <> ${literal(body)}
+   limit 1;
+  if other is not null then
+    raise exception using errcode = 'duplicate_function',
+      message = pg_catalog.format('capture function %s() already serves the triggers of table %s, with another definition; give this table''s capture a name of its own', ${literal(fn)}, other);
+  end if;
+end
+`;
+  const checkTag = dollarTag(check, 'rea_check');
   const up = `-- Fail here, not at the first business write, if a column is misspelt or rea's migrations are missing.
 select ${checkedColumns} from ${target} limit 0;
 select ${reaSchema}.uuid_v7() from ${reaSchema}.events limit 0;
+do ${checkTag}${check}${checkTag};
 
 create or replace function ${fn}() returns trigger
 language plpgsql
@@ -225,8 +248,8 @@ function jsonObject(pairs: [key: string, value: string][]): string {
 }
 
 /** A dollar-quote tag that does not occur in the body, so no event type can close the quote early. */
-function dollarTag(body: string): string {
-  let tag = '$rea$';
-  for (let n = 1; body.includes(tag); n++) tag = `$rea${n}$`;
+function dollarTag(body: string, base = 'rea'): string {
+  let tag = `$${base}$`;
+  for (let n = 1; body.includes(tag); n++) tag = `$${base}${n}$`;
   return tag;
 }
