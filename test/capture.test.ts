@@ -302,6 +302,20 @@ for (const backend of backends) {
         }
       }
       expect((await eventsBeforeSentinel(schema)).map((e) => e.subject)).toEqual(tenants);
+      const functions = () => db.query(`select 1 from pg_proc where pronamespace = '"${schema}"'::regnamespace and proname like 'capture%'`);
+      // Removed from one tenant, it still serves the other (down failed: other objects depend on it).
+      for (const [i, tenant] of tenants.entries()) {
+        await db.exec(`set search_path to "${tenant}"`);
+        try {
+          await db.exec(sql.down);
+        } finally {
+          await db.exec('reset search_path');
+        }
+        for (const t of tenants) await db.exec(`insert into "${t}".orders (id) values ('${t}-after-${i}')`);
+        expect(await functions()).toHaveLength(i === tenants.length - 1 ? 0 : 1);
+      }
+      const subjects = (await eventsBeforeSentinel(schema)).filter((e) => e.type !== SENTINEL).map((e) => e.subject);
+      expect(subjects).toEqual([...tenants, `${tenants[1]}-after-0`]);
     });
 
     it('up fails at once on a misspelt column instead of at the first business write', async () => {

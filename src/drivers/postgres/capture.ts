@@ -139,7 +139,17 @@ as ${tag}${body}${tag};
 ${dropTriggers}
 ${createTriggers.join('\n')}
 `;
-  const down = `${dropTriggers}\ndrop function if exists ${fn}();\n`;
+  // The function goes with its last trigger: one definition may serve the same unqualified table
+  // in several schemas, and removing it from one of them must not fail on (or break) the others.
+  const dropFunction = `
+begin
+  if not exists (select from pg_catalog.pg_trigger where tgfoid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})) then
+    drop function if exists ${fn}();
+  end if;
+end
+`;
+  const dropTag = dollarTag(dropFunction, 'rea_drop');
+  const down = `${dropTriggers}\ndo ${dropTag}${dropFunction}${dropTag};\n`;
   return { up, down };
 }
 
