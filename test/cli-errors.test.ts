@@ -89,6 +89,23 @@ describe('rea: command-line mistakes', () => {
     expect(JSON.parse(down.text).error).toMatchObject({ code: 'ERR_DATABASE', message: expect.stringMatching(/^cannot reach PostgreSQL at 127\.0\.0\.1:1\/x/) });
   });
 
+  it('capture refuses a bad --schema or REA_SCHEMA as the other commands do: ERR_OPTIONS naming where it came from', async () => {
+    const capture = ['capture', '--table', 't', '--subject', 'id', '--watch', 'a', '--type', 'x.y', '--json'];
+    const message = "invalid option --schema: 'bad-name' is not a plain lower-case identifier (letters, digits, _; at most 63)";
+    for (const command of [['status', '--database-url', 'postgres://postgres@127.0.0.1:1/x'], capture]) {
+      const r = await rea(...command, '--json', '--schema', 'bad-name');
+      expect({ command: command[0], code: r.code, error: JSON.parse(r.text).error }).toEqual({ command: command[0], code: 2, error: { code: 'ERR_OPTIONS', field: '--schema', message } });
+    }
+    vi.stubEnv('REA_SCHEMA', 'bad-name');
+    try {
+      const r = await rea(...capture);
+      expect(r.code).toBe(2);
+      expect(JSON.parse(r.text).error).toEqual({ code: 'ERR_OPTIONS', field: 'REA_SCHEMA', message: expect.stringContaining("invalid option REA_SCHEMA: 'bad-name'") });
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
   it('with --json, commander\'s own usage errors are JSON too (and nothing else is printed)', async () => {
     const unknown = await rea('status', '--json', '--colour');
     expect(unknown.code).toBe(2);

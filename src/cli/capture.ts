@@ -3,6 +3,7 @@
 import { Command } from 'commander';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { CaptureOptionsError, captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
+import { checkSchemaName } from '../drivers/postgres/common.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
 import { flagError, UsageError } from './usage-error.js';
@@ -77,6 +78,9 @@ export function captureCommand(): Command {
       if (flags.type === undefined && !eventTypes) throw new UsageError('--type', 'give --type <type>, or at least one of --insert, --update, --delete');
       if (flags.type !== undefined && eventTypes) throw new UsageError('--type', 'give --type or --insert / --update / --delete, not both');
       const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
+      // A database setting, checked as every command checks it (ERR_OPTIONS, naming REA_SCHEMA
+      // when that gave it); left to captureSql it was a usage error naming --schema either way.
+      checkSchemaName(schema, flags.schema !== undefined ? '--schema' : 'REA_SCHEMA');
       const sql = captureSql({
         schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
         payloadColumns: flags.payload ?? flags.watch ?? [], name: flags.name,
