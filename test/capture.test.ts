@@ -318,6 +318,20 @@ for (const backend of backends) {
       expect(subjects).toEqual([...tenants, `${tenants[1]}-after-0`]);
     });
 
+    it('up refuses rea\'s own events table reached through search_path: its trigger would fire itself', async () => {
+      const schema = await freshSchema();
+      await db.exec(`set search_path to "${schema}"`);
+      try {
+        const up = captureTriggerSql({ schema, table: 'events', eventTypes: { insert: 'loop.made' }, subjectColumn: 'id', watchColumns: [], payloadColumns: ['type'] }).up;
+        await expect(db.exec(up)).rejects.toThrow(`table events is one of rea's own tables: capture triggers are for application tables`);
+      } finally {
+        await db.exec('reset search_path');
+      }
+      // Without the refusal, this insert failed with "stack depth limit exceeded".
+      expect(await eventsBeforeSentinel(schema)).toEqual([]);
+      expect(await db.query(`select 1 from pg_trigger where tgrelid = '"${schema}".events'::regclass and not tgisinternal`)).toEqual([]);
+    });
+
     it('up fails at once on a misspelt column instead of at the first business write', async () => {
       const schema = await freshSchema();
       await expect(db.exec(captureTriggerSql({ ...orderOptions(schema), payloadColumns: ['id', 'totl'] }).up)).rejects.toThrow(/totl/);
@@ -397,6 +411,9 @@ describe('captureTriggerSql option checks', () => {
     ['an empty table', { table: '' }, 'table'],
     ['an injected table', { table: 'orders; drop table users' }, 'table'],
     ['a three-part table', { table: 'db.public.orders' }, 'table'],
+    // Its trigger on rea's events would fire itself until the stack ran out, failing every record().
+    ['a table of rea\'s own', { table: 'rea.events' }, 'table'],
+    ['a table of rea\'s own, in another schema', { schema: 'rea_x', table: 'rea_x.jobs' }, 'table'],
     ['a quoted table', { table: '"orders"' }, 'table'],
     ['a bad subject column', { subjectColumn: 'id::text' }, 'subjectColumn'],
     ['a bad watched column', { watchColumns: ['status', 'total)'] }, 'watchColumns[1]'],

@@ -27,6 +27,8 @@ function applyError(err: unknown, flags: ColumnFlags): unknown {
     const field = column === undefined || column === flags.subject ? '--subject' : flags.watch?.includes(column) ? '--watch' : '--payload';
     return new OptionsError(field, `table ${flags.table} has no column ${column ?? '(unnamed)'} (the database said: ${message})`);
   }
+  // Raised by the up script itself: the table is one of rea's own.
+  if (code === '42809') return new OptionsError('--table', message);
   // Raised by the up script itself: the function name is another table's capture.
   if (code === '42723') return new OptionsError('--name', `${message} (the default name is capture_<table>; give --name)`);
   if (/^[0-9A-Z]{5}$/.test(code)) return new DatabaseError('refused', `the capture trigger on ${flags.table} was not applied: ${message} (SQLSTATE ${code})`, { cause: err });

@@ -50,10 +50,16 @@ const MAX_IDENTIFIER_BYTES = 63;
 const MAX_NAME_BYTES = MAX_IDENTIFIER_BYTES - '_insert'.length;
 // jsonb_build_object takes at most 100 arguments; wider payloads are built in chunks and merged.
 const PAIRS_PER_CALL = 50;
+// On rea's events table the trigger's own insert fires it again, until the stack runs out: every
+// record() fails. On its other tables each relay or worker write would record an event. (Only
+// these: application tables may share rea's schema, `public` say.)
+const REA_TABLES = ['events', 'jobs', 'consumes', 'handlers', 'leader', 'migrations', 'endpoints', 'webhook_attempts', 'events_archive'];
+const OWN_TABLE = "is one of rea's own tables: capture triggers are for application tables";
 
 export function captureTriggerSql(options: CaptureTriggerOptions): CaptureTriggerSql {
   const reaSchema = checkSchema(options.schema ?? 'rea');
   const table = checkTable(options.table);
+  if (table.schema === (options.schema ?? 'rea') && REA_TABLES.includes(table.table)) throw new CaptureOptionsError('table', OWN_TABLE);
   const types = checkEventTypes(options);
   const subject = checkIdentifier('subjectColumn', options.subjectColumn);
   const watch = checkColumns('watchColumns', options.watchColumns);
@@ -102,6 +108,7 @@ end
   });
 
   const checkedColumns = [...new Set([subject, ...watch, ...payload])].map(quoteIdent).join(', ');
+  // One of rea's tables reached through search_path is refused here (see OWN_TABLE).
   // A name already used for another table's capture (the same --name given twice, or defaults
   // that meet: public_orders and public.orders) would have `create or replace` swap the function
   // under that table's triggers: its writes would then record this table's event types, or fail
@@ -111,6 +118,10 @@ end
 declare
   other regclass;
 begin
+  if exists (select from pg_catalog.pg_class where oid = ${literal(target)}::regclass
+              and relnamespace = ${literal(reaSchema)}::regnamespace and relname in (${REA_TABLES.map(literal).join(', ')})) then
+    raise exception using errcode = 'wrong_object_type', message = pg_catalog.format('table %s %s', ${literal(target)}::regclass, ${literal(OWN_TABLE)});
+  end if;
   select t.tgrelid::regclass into other
     from pg_catalog.pg_trigger t join pg_catalog.pg_proc p on p.oid = t.tgfoid
    where p.oid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})
