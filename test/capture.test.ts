@@ -302,6 +302,16 @@ for (const backend of backends) {
         }
       }
       expect((await eventsBeforeSentinel(schema)).map((e) => e.subject)).toEqual(tenants);
+      // A changed definition, run tenant by tenant, is not refused for the tenants still on the old one.
+      const changed = captureTriggerSql({ ...orderOptions(schema), table: 'orders', payloadColumns: ['id', 'status'] });
+      for (const tenant of tenants) {
+        await db.exec(`set search_path to "${tenant}"`);
+        try {
+          await db.exec(changed.up);
+        } finally {
+          await db.exec('reset search_path');
+        }
+      }
       const functions = () => db.query(`select 1 from pg_proc where pronamespace = '"${schema}"'::regnamespace and proname like 'capture%'`);
       // Removed from one tenant, it still serves the other (down failed: other objects depend on it).
       for (const [i, tenant] of tenants.entries()) {

@@ -112,8 +112,9 @@ end
   // A name already used for another table's capture (the same --name given twice, or defaults
   // that meet: public_orders and public.orders) would have `create or replace` swap the function
   // under that table's triggers: its writes would then record this table's event types, or fail
-  // on columns it lacks. Refused, unless the definition is the very same (an unqualified table
-  // captured in each tenant's schema by one migration), which changes nothing for the others.
+  // on columns it lacks. Refused, unless the definition is the very same, or the table is given
+  // unqualified and the other has its name: one migration run in each tenant's schema, where a
+  // changed definition must reach every tenant's (same-shaped) table.
   const check = `
 declare
   other regclass;
@@ -126,7 +127,8 @@ begin
     from pg_catalog.pg_trigger t join pg_catalog.pg_proc p on p.oid = t.tgfoid
    where p.oid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})
      and t.tgrelid <> ${literal(target)}::regclass
-     and p.prosrc <> ${literal(body)}
+     and p.prosrc <> ${literal(body)}${table.schema !== undefined ? '' : `
+     and (select relname from pg_catalog.pg_class where oid = t.tgrelid) <> ${literal(table.table)}`}
    limit 1;
   if other is not null then
     raise exception using errcode = 'duplicate_function',
