@@ -266,6 +266,82 @@ for (const backend of backends) {
       await db.exec(sql.down); // and down tolerates running twice
     });
 
+    it('up refuses a name that another table\'s capture uses, instead of swapping the function under its triggers', async () => {
+      const schema = await freshSchema();
+      await db.exec(`create table "${schema}".refunds (id text primary key, state text)`);
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), name: 'shared' }).up);
+      const refunds: CaptureTriggerOptions = {
+        schema, table: `${schema}.refunds`, eventTypes: { update: 'refund.updated' }, subjectColumn: 'id', watchColumns: ['state'], payloadColumns: ['state'], name: 'shared',
+      };
+      // It was replaced: the orders' triggers then ran the refunds' body, and every write to
+      // orders failed on a column it lacks (record "new" has no field "state").
+      await expect(db.exec(captureTriggerSql(refunds).up)).rejects.toThrow(
+        `capture function "${schema}"."shared"() already serves the triggers of table ${schema}.orders, with another definition`,
+      );
+      await db.exec(`insert into "${schema}".orders (id, status, total) values ('o-1', 'new', 1)`);
+      await db.exec(`update "${schema}".orders set status = 'paid'`);
+      expect((await eventsBeforeSentinel(schema)).map((e) => `${e.type} ${e.subject}`)).toEqual(['order.created o-1', 'order.updated o-1']);
+      // The same table again (a changed definition) is still fine, and so is a name of its own.
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), name: 'shared', watchColumns: ['total'] }).up);
+      await db.exec(captureTriggerSql({ ...refunds, name: 'refunds' }).up);
+    });
+
+    it('lets one definition serve the same unqualified table in several schemas (one migration per tenant)', async () => {
+      const schema = await freshSchema();
+      const tenants = [`${schema}_t1`, `${schema}_t2`];
+      onTestFinished(() => db.exec(tenants.map((t) => `drop schema if exists "${t}" cascade;`).join('')));
+      const sql = captureTriggerSql({ ...orderOptions(schema), table: 'orders' });
+      for (const tenant of tenants) {
+        await db.exec(`create schema "${tenant}"; create table "${tenant}".orders (id text primary key, status text, total int)`);
+        await db.exec(`set search_path to "${tenant}"`);
+        try {
+          await db.exec(sql.up);
+          await db.exec(`insert into orders (id) values ('${tenant}')`);
+        } finally {
+          await db.exec('reset search_path');
+        }
+      }
+      expect((await eventsBeforeSentinel(schema)).map((e) => e.subject)).toEqual(tenants);
+      // A changed definition, run tenant by tenant, is not refused for the tenants still on the old one.
+      const changed = captureTriggerSql({ ...orderOptions(schema), table: 'orders', payloadColumns: ['id', 'status'] });
+      for (const tenant of tenants) {
+        await db.exec(`set search_path to "${tenant}"`);
+        try {
+          await db.exec(changed.up);
+        } finally {
+          await db.exec('reset search_path');
+        }
+      }
+      const functions = () => db.query(`select 1 from pg_proc where pronamespace = '"${schema}"'::regnamespace and proname like 'capture%'`);
+      // Removed from one tenant, it still serves the other (down failed: other objects depend on it).
+      for (const [i, tenant] of tenants.entries()) {
+        await db.exec(`set search_path to "${tenant}"`);
+        try {
+          await db.exec(sql.down);
+        } finally {
+          await db.exec('reset search_path');
+        }
+        for (const t of tenants) await db.exec(`insert into "${t}".orders (id) values ('${t}-after-${i}')`);
+        expect(await functions()).toHaveLength(i === tenants.length - 1 ? 0 : 1);
+      }
+      const subjects = (await eventsBeforeSentinel(schema)).filter((e) => e.type !== SENTINEL).map((e) => e.subject);
+      expect(subjects).toEqual([...tenants, `${tenants[1]}-after-0`]);
+    });
+
+    it('up refuses rea\'s own events table reached through search_path: its trigger would fire itself', async () => {
+      const schema = await freshSchema();
+      await db.exec(`set search_path to "${schema}"`);
+      try {
+        const up = captureTriggerSql({ schema, table: 'events', eventTypes: { insert: 'loop.made' }, subjectColumn: 'id', watchColumns: [], payloadColumns: ['type'] }).up;
+        await expect(db.exec(up)).rejects.toThrow(`table events is one of rea's own tables: capture triggers are for application tables`);
+      } finally {
+        await db.exec('reset search_path');
+      }
+      // Without the refusal, this insert failed with "stack depth limit exceeded".
+      expect(await eventsBeforeSentinel(schema)).toEqual([]);
+      expect(await db.query(`select 1 from pg_trigger where tgrelid = '"${schema}".events'::regclass and not tgisinternal`)).toEqual([]);
+    });
+
     it('up fails at once on a misspelt column instead of at the first business write', async () => {
       const schema = await freshSchema();
       await expect(db.exec(captureTriggerSql({ ...orderOptions(schema), payloadColumns: ['id', 'totl'] }).up)).rejects.toThrow(/totl/);
@@ -345,6 +421,9 @@ describe('captureTriggerSql option checks', () => {
     ['an empty table', { table: '' }, 'table'],
     ['an injected table', { table: 'orders; drop table users' }, 'table'],
     ['a three-part table', { table: 'db.public.orders' }, 'table'],
+    // Its trigger on rea's events would fire itself until the stack ran out, failing every record().
+    ['a table of rea\'s own', { table: 'rea.events' }, 'table'],
+    ['a table of rea\'s own, in another schema', { schema: 'rea_x', table: 'rea_x.jobs' }, 'table'],
     ['a quoted table', { table: '"orders"' }, 'table'],
     ['a bad subject column', { subjectColumn: 'id::text' }, 'subjectColumn'],
     ['a bad watched column', { watchColumns: ['status', 'total)'] }, 'watchColumns[1]'],

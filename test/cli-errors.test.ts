@@ -89,6 +89,23 @@ describe('rea: command-line mistakes', () => {
     expect(JSON.parse(down.text).error).toMatchObject({ code: 'ERR_DATABASE', message: expect.stringMatching(/^cannot reach PostgreSQL at 127\.0\.0\.1:1\/x/) });
   });
 
+  it('capture refuses a bad --schema or REA_SCHEMA as the other commands do: ERR_OPTIONS naming where it came from', async () => {
+    const capture = ['capture', '--table', 't', '--subject', 'id', '--watch', 'a', '--type', 'x.y', '--json'];
+    const message = "invalid option --schema: 'bad-name' is not a plain lower-case identifier (letters, digits, _; at most 63)";
+    for (const command of [['status', '--database-url', 'postgres://postgres@127.0.0.1:1/x'], capture]) {
+      const r = await rea(...command, '--json', '--schema', 'bad-name');
+      expect({ command: command[0], code: r.code, error: JSON.parse(r.text).error }).toEqual({ command: command[0], code: 2, error: { code: 'ERR_OPTIONS', field: '--schema', message } });
+    }
+    vi.stubEnv('REA_SCHEMA', 'bad-name');
+    try {
+      const r = await rea(...capture);
+      expect(r.code).toBe(2);
+      expect(JSON.parse(r.text).error).toEqual({ code: 'ERR_OPTIONS', field: 'REA_SCHEMA', message: expect.stringContaining("invalid option REA_SCHEMA: 'bad-name'") });
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
   it('with --json, commander\'s own usage errors are JSON too (and nothing else is printed)', async () => {
     const unknown = await rea('status', '--json', '--colour');
     expect(unknown.code).toBe(2);
@@ -335,6 +352,34 @@ describe('a database that cannot be used', () => {
     const json = await capture(`${schema}.capt2`, '--watch', 'a', '--json');
     expect(json.code).toBe(0);
     expect(JSON.parse(json.text)).toEqual({ applied: true, table: `${schema}.capt2`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
+    // A name another table's capture uses (the default of capt2 given again, for capt3).
+    await postgresTarget.query(`create table ${schema}.capt3 (id int, b int)`);
+    const taken = await capture(`${schema}.capt3`, '--watch', 'b', '--name', `capture_${schema}_capt2`);
+    expect(taken.code).toBe(2);
+    expect(taken.text).toContain(`rea: invalid option --name: capture function "${schema}"."capture_${schema}_capt2"() already serves the triggers of table ${schema}.capt2`);
+    await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
+  it.skipIf(!postgresTarget.available)('capture --down --apply removes the trigger and its function (it ran the up script, installing it again)', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    expect((await rea('migrate', ...db)).code).toBe(0);
+    await postgresTarget.query(`create table ${schema}.capt (id int, a int)`);
+    const capture = (...more: string[]) => rea('capture', '--table', `${schema}.capt`, '--subject', 'id', '--watch', 'a', '--type', 'x.changed', '--apply', ...db, ...more);
+    const installed = async () => {
+      const triggers = await postgresTarget.query(`select tgname from pg_trigger where tgrelid = '${schema}.capt'::regclass and not tgisinternal`);
+      const functions = await postgresTarget.query(`select proname from pg_proc where pronamespace = '${schema}'::regnamespace and proname like 'capture%'`);
+      return { triggers: triggers.length, functions: functions.length };
+    };
+    expect(await capture()).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
+    expect(await installed()).toEqual({ triggers: 2, functions: 1 });
+    expect(await capture('--down')).toEqual({ code: 0, text: `capture trigger on ${schema}.capt removed` });
+    expect(await installed()).toEqual({ triggers: 0, functions: 0 });
+    // A script is told which it was; removing what is already gone is not an error.
+    const json = await capture('--down', '--json');
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.text)).toEqual({ removed: true, table: `${schema}.capt`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
+    expect(await installed()).toEqual({ triggers: 0, functions: 0 });
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 

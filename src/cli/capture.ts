@@ -3,6 +3,7 @@
 import { Command } from 'commander';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
 import { CaptureOptionsError, captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
+import { checkSchemaName } from '../drivers/postgres/common.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
 import { flagError, UsageError } from './usage-error.js';
@@ -13,8 +14,8 @@ interface ColumnFlags { table: string; subject: string; watch?: string[]; payloa
 
 /**
  * What the database said about the up SQL, as an error naming the flag at fault: the table (or
- * its schema) missing, a column missing (the script selects every named column first), anything
- * else it refused. Errors that are not the database's come back as they are.
+ * its schema) missing, a column missing (the script selects every named column first), the name
+ * taken by another table's capture, anything else it refused. Errors that are not the database's come back as they are.
  */
 function applyError(err: unknown, flags: ColumnFlags): unknown {
   if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
@@ -26,6 +27,10 @@ function applyError(err: unknown, flags: ColumnFlags): unknown {
     const field = column === undefined || column === flags.subject ? '--subject' : flags.watch?.includes(column) ? '--watch' : '--payload';
     return new OptionsError(field, `table ${flags.table} has no column ${column ?? '(unnamed)'} (the database said: ${message})`);
   }
+  // Raised by the up script itself: the table is one of rea's own.
+  if (code === '42809') return new OptionsError('--table', message);
+  // Raised by the up script itself: the function name is another table's capture.
+  if (code === '42723') return new OptionsError('--name', `${message} (the default name is capture_<table>; give --name)`);
   if (/^[0-9A-Z]{5}$/.test(code)) return new DatabaseError('refused', `the capture trigger on ${flags.table} was not applied: ${message} (SQLSTATE ${code})`, { cause: err });
   return err;
 }
@@ -61,9 +66,9 @@ export function captureCommand(): Command {
     .option('--update <type>', 'event type for updates')
     .option('--delete <type>', 'event type for deletes')
     .option('--name <name>', 'base name of the trigger and its function')
-    .option('--down', 'print the SQL that removes the trigger instead')
-    .option('--json', 'print { up, down } as JSON ({ applied, table, up, down } with --apply)')
-    .option('--apply', 'run the up SQL against the database now (in one transaction)')
+    .option('--down', 'print (with --apply: run) the SQL that removes the trigger instead')
+    .option('--json', 'print { up, down } as JSON ({ applied | removed, table, up, down } with --apply)')
+    .option('--apply', 'run the up SQL (the down SQL with --down) against the database now (in one transaction)')
     .action(async (flags: ConnectionFlags & {
       table: string; subject: string; watch?: string[]; payload?: string[]; type?: string;
       insert?: string; update?: string; delete?: string; name?: string; down?: boolean; json?: boolean; apply?: boolean;
@@ -75,6 +80,9 @@ export function captureCommand(): Command {
       if (flags.type === undefined && !eventTypes) throw new UsageError('--type', 'give --type <type>, or at least one of --insert, --update, --delete');
       if (flags.type !== undefined && eventTypes) throw new UsageError('--type', 'give --type or --insert / --update / --delete, not both');
       const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
+      // A database setting, checked as every command checks it (ERR_OPTIONS, naming REA_SCHEMA
+      // when that gave it); left to captureSql it was a usage error naming --schema either way.
+      checkSchemaName(schema, flags.schema !== undefined ? '--schema' : 'REA_SCHEMA');
       const sql = captureSql({
         schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
         payloadColumns: flags.payload ?? flags.watch ?? [], name: flags.name,
@@ -82,8 +90,12 @@ export function captureCommand(): Command {
       });
       if (flags.apply) {
         resolveConnection(flags); // fail early with a clear message when no database is given
-        await withAdminBus(flags, (bus) => bus.driver.execScript(sql.up)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
-        console.log(flags.json ? JSON.stringify({ applied: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} applied`);
+        // --down --apply removes: it ran the up script, so asking to remove a trigger installed it
+        // (or failed on a table already dropped) and said 'applied'.
+        const script = flags.down ? sql.down : sql.up;
+        await withAdminBus(flags, (bus) => bus.driver.execScript(script)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
+        const done = flags.down ? 'removed' : 'applied';
+        console.log(flags.json ? JSON.stringify({ [done]: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} ${done}`);
         return;
       }
       if (flags.json) console.log(JSON.stringify(sql));

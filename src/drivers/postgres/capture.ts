@@ -50,10 +50,16 @@ const MAX_IDENTIFIER_BYTES = 63;
 const MAX_NAME_BYTES = MAX_IDENTIFIER_BYTES - '_insert'.length;
 // jsonb_build_object takes at most 100 arguments; wider payloads are built in chunks and merged.
 const PAIRS_PER_CALL = 50;
+// On rea's events table the trigger's own insert fires it again, until the stack runs out: every
+// record() fails. On its other tables each relay or worker write would record an event. (Only
+// these: application tables may share rea's schema, `public` say.)
+const REA_TABLES = ['events', 'jobs', 'consumes', 'handlers', 'leader', 'migrations', 'endpoints', 'webhook_attempts', 'events_archive'];
+const OWN_TABLE = "is one of rea's own tables: capture triggers are for application tables";
 
 export function captureTriggerSql(options: CaptureTriggerOptions): CaptureTriggerSql {
   const reaSchema = checkSchema(options.schema ?? 'rea');
   const table = checkTable(options.table);
+  if (table.schema === (options.schema ?? 'rea') && REA_TABLES.includes(table.table)) throw new CaptureOptionsError('table', OWN_TABLE);
   const types = checkEventTypes(options);
   const subject = checkIdentifier('subjectColumn', options.subjectColumn);
   const watch = checkColumns('watchColumns', options.watchColumns);
@@ -102,9 +108,39 @@ end
   });
 
   const checkedColumns = [...new Set([subject, ...watch, ...payload])].map(quoteIdent).join(', ');
+  // One of rea's tables reached through search_path is refused here (see OWN_TABLE).
+  // A name already used for another table's capture (the same --name given twice, or defaults
+  // that meet: public_orders and public.orders) would have `create or replace` swap the function
+  // under that table's triggers: its writes would then record this table's event types, or fail
+  // on columns it lacks. Refused, unless the definition is the very same, or the table is given
+  // unqualified and the other has its name: one migration run in each tenant's schema, where a
+  // changed definition must reach every tenant's (same-shaped) table.
+  const check = `
+declare
+  other regclass;
+begin
+  if exists (select from pg_catalog.pg_class where oid = ${literal(target)}::regclass
+              and relnamespace = ${literal(reaSchema)}::regnamespace and relname in (${REA_TABLES.map(literal).join(', ')})) then
+    raise exception using errcode = 'wrong_object_type', message = pg_catalog.format('table %s %s', ${literal(target)}::regclass, ${literal(OWN_TABLE)});
+  end if;
+  select t.tgrelid::regclass into other
+    from pg_catalog.pg_trigger t join pg_catalog.pg_proc p on p.oid = t.tgfoid
+   where p.oid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})
+     and t.tgrelid <> ${literal(target)}::regclass
+     and p.prosrc <> ${literal(body)}${table.schema !== undefined ? '' : `
+     and (select relname from pg_catalog.pg_class where oid = t.tgrelid) <> ${literal(table.table)}`}
+   limit 1;
+  if other is not null then
+    raise exception using errcode = 'duplicate_function',
+      message = pg_catalog.format('capture function %s() already serves the triggers of table %s, with another definition; give this table''s capture a name of its own', ${literal(fn)}, other);
+  end if;
+end
+`;
+  const checkTag = dollarTag(check, 'rea_check');
   const up = `-- Fail here, not at the first business write, if a column is misspelt or rea's migrations are missing.
 select ${checkedColumns} from ${target} limit 0;
 select ${reaSchema}.uuid_v7() from ${reaSchema}.events limit 0;
+do ${checkTag}${check}${checkTag};
 
 create or replace function ${fn}() returns trigger
 language plpgsql
@@ -116,7 +152,17 @@ as ${tag}${body}${tag};
 ${dropTriggers}
 ${createTriggers.join('\n')}
 `;
-  const down = `${dropTriggers}\ndrop function if exists ${fn}();\n`;
+  // The function goes with its last trigger: one definition may serve the same unqualified table
+  // in several schemas, and removing it from one of them must not fail on (or break) the others.
+  const dropFunction = `
+begin
+  if not exists (select from pg_catalog.pg_trigger where tgfoid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})) then
+    drop function if exists ${fn}();
+  end if;
+end
+`;
+  const dropTag = dollarTag(dropFunction, 'rea_drop');
+  const down = `${dropTriggers}\ndo ${dropTag}${dropFunction}${dropTag};\n`;
   return { up, down };
 }
 
@@ -225,8 +271,8 @@ function jsonObject(pairs: [key: string, value: string][]): string {
 }
 
 /** A dollar-quote tag that does not occur in the body, so no event type can close the quote early. */
-function dollarTag(body: string): string {
-  let tag = '$rea$';
-  for (let n = 1; body.includes(tag); n++) tag = `$rea${n}$`;
+function dollarTag(body: string, base = 'rea'): string {
+  let tag = `$${base}$`;
+  for (let n = 1; body.includes(tag); n++) tag = `$${base}${n}$`;
   return tag;
 }
