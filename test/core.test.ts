@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, expectTypeOf, it, vi } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, exponentialBackoff, OptionsError } from '../src/index.js';
 import { describeTargets, testBus } from './helpers/db.js';
@@ -29,6 +29,41 @@ describeTargets('core on $name', (target) => {
     expect(seen.sort()).toEqual(['mailer:A1', 'warehouse:A1']);
     const jobs = await bus.jobs.forEvent(id);
     expect(jobs.map((j) => [j.target, j.state, j.attempt]).sort()).toEqual([['mailer', 'completed', 1], ['warehouse', 'completed', 1]]);
+  });
+});
+
+describeTargets('patterns on $name', (target) => {
+  it.skipIf(!target.available)("a '*' inside a pattern ('*.paid') is typed as the types it is routed: the handler's event is not `never`", async () => {
+    const paid = defineEvents({
+      'order.paid': z.object({ orderNo: z.string() }),
+      'invoice.paid': z.object({ invoiceNo: z.string() }),
+      'order.created': z.object({ orderNo: z.string() }),
+    });
+    const bus = await testBus(target, paid);
+    const seen: string[] = [];
+    bus.on('*.paid', 'payments', async (e) => {
+      // Before, e was `never` here and this did not compile ("Property 'type' does not exist on type 'never'").
+      expectTypeOf(e.type).toEqualTypeOf<'order.paid' | 'invoice.paid'>();
+      seen.push(e.type === 'order.paid' ? `order ${e.payload.orderNo}` : `invoice ${e.payload.invoiceNo}`);
+    });
+    bus.on('order.*d', 'order-d', async (e) => {
+      expectTypeOf(e.type).toEqualTypeOf<'order.paid' | 'order.created'>();
+    });
+    bus.on('*', 'all', async (e) => {
+      expectTypeOf(e.type).toEqualTypeOf<'order.paid' | 'invoice.paid' | 'order.created'>();
+    });
+    await bus.start();
+    let completed = 0;
+    const done = new Promise<void>((resolve) => bus.lifecycle.on('job:completed', (j) => {
+      if (j.handler === 'payments' && ++completed === 2) resolve();
+    }));
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.paid', { orderNo: 'A1' });
+      await bus.record(tx, 'invoice.paid', { invoiceNo: 'I1' });
+      await bus.record(tx, 'order.created', { orderNo: 'A2' });
+    });
+    await done;
+    expect(seen.sort()).toEqual(['invoice I1', 'order A1']);
   });
 });
 
