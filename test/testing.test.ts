@@ -27,6 +27,30 @@ describeTargets('rea/testing on $name', (target) => {
     });
   });
 
+  it.skipIf(!target.available)('expectRecorded sees the events recorded inside a savepoint (an ORM\'s nested transaction), and not those of one rolled back', async () => {
+    const bus = await testBus(target, events);
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.created', { orderNo: 'TOP', total: 1 });
+      await tx.query('savepoint nested');
+      await bus.record(tx, 'order.paid', { orderNo: 'IN-SAVEPOINT' });
+      await tx.query('savepoint deeper');
+      await bus.record(tx, 'order.paid', { orderNo: 'DEEPER' });
+      await tx.query('release savepoint deeper');
+      await tx.query('savepoint undone');
+      await bus.record(tx, 'order.paid', { orderNo: 'ROLLED-BACK' });
+      await tx.query('rollback to savepoint undone');
+      // Committed by another transaction after this one began: visible to it (read committed), yet
+      // not its own. (PGlite runs one transaction at a time: the other would wait for this one.)
+      if (target.name === 'postgres') await bus.transaction((other) => bus.record(other, 'order.paid', { orderNo: 'OTHER' }));
+      // Before, only TOP was listed: a row written in a savepoint carries the savepoint's own
+      // transaction id, and expectRecorded said the transaction recorded no 'order.paid'.
+      const rows = await recordedIn(bus, tx);
+      expect(rows.map((r) => (r.payload as { orderNo: string }).orderNo)).toEqual(['TOP', 'IN-SAVEPOINT', 'DEEPER']);
+      await expectRecorded(bus, tx, 'order.paid', { orderNo: 'IN-SAVEPOINT' });
+      await expect(expectRecorded(bus, tx, 'order.paid', { orderNo: 'OTHER' })).rejects.toThrow(/expected this transaction to record/);
+    });
+  });
+
   it.skipIf(!target.available)('runHandlerNow calls a registered handler with a full context', async () => {
     const bus = await testBus(target, events);
     const seen: string[] = [];
