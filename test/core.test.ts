@@ -1,6 +1,6 @@
 import { describe, expect, expectTypeOf, it, vi } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, exponentialBackoff, OptionsError } from '../src/index.js';
+import { defineEvents, exponentialBackoff, OptionsError, ReaError, WebhookSecretError, WebhookUrlRefusedError, type ReaErrorCode } from '../src/index.js';
 import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({
@@ -64,6 +64,23 @@ describeTargets('patterns on $name', (target) => {
     });
     await done;
     expect(seen.sort()).toEqual(['invoice I1', 'order A1']);
+  });
+});
+
+describe('ReaErrorCode', () => {
+  it('lists the codes of the webhook errors rea exports, so an application can switch on them', () => {
+    // Before, ReaErrorCode lacked both: this switch did not compile ("Type '\"ERR_WEBHOOK_URL_REFUSED\"'
+    // is not comparable to type 'ReaErrorCode'"), although create/update throw exactly these.
+    const reply = (err: ReaError): string => {
+      switch (err.code) {
+        case 'ERR_WEBHOOK_URL_REFUSED': return 'bad url';
+        case 'ERR_WEBHOOK_SECRET': return 'bad secret';
+        default: return 'other';
+      }
+    };
+    expect(reply(new WebhookUrlRefusedError('address', 'resolves to loopback address 127.0.0.1', 'localhost'))).toBe('bad url');
+    expect(reply(new WebhookSecretError('too short'))).toBe('bad secret');
+    expectTypeOf<'ERR_WEBHOOK_SECRET' | 'ERR_WEBHOOK_URL_REFUSED'>().toMatchTypeOf<ReaErrorCode>();
   });
 });
 
