@@ -18,7 +18,7 @@ import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
-import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
+import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, poolSizeSchema, validateWith, type HandlerOptions } from './core/options.js';
 import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
@@ -769,6 +769,8 @@ function makeDriver(database: DatabaseOptions, schema: string, poolSize: number,
   if (!database || typeof database !== 'object') throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
   if ('driver' in database) return database.driver;
   if ('postgres' in database) {
+    // Checked as createBus's own poolSize is: a pool of -1 answered no query, ever.
+    if (database.poolSize !== undefined) validateWith(poolSizeSchema, database.poolSize, 'database.poolSize');
     return new PostgresDriver({
       connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize,
       onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),

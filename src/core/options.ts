@@ -187,10 +187,16 @@ const pollBounds = (defaults: { minPollMs: number; maxPollMs: number }) => (o: {
   }
 };
 
+/**
+ * Connections in the pool rea creates. pg's Pool takes 0 (and NaN) for its default of 10, and
+ * waits for ever for a free connection of a pool below that: every query hung, with no error.
+ */
+export const poolSizeSchema = positiveInt;
+
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
   maxPayloadBytes: positiveInt.optional(),
-  poolSize: positiveInt.optional(),
+  poolSize: poolSizeSchema.optional(),
   instanceId: z.string().min(1).max(200).optional(),
   relay: z.object({
     enabled: z.boolean().optional(),
