@@ -62,6 +62,25 @@ describeTargets('rea/testing on $name', (target) => {
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: {} })).rejects.toThrow(/no handler named 'nope'/);
   });
 
+  it.skipIf(!target.available)('runHandlerNow gives ctx.tx only to a transactional handler, as a worker does', async () => {
+    const bus = await testBus(target, events);
+    const saw: string[] = [];
+    bus.on('order.created', 'plain', async (_e, ctx) => {
+      saw.push(ctx.tx ? 'plain:tx' : 'plain:none');
+    });
+    bus.on('order.created', 'in-tx', async (_e, ctx) => {
+      saw.push(ctx.tx ? 'in-tx:tx' : 'in-tx:none');
+    }, { transactional: true });
+    const event = { type: 'order.created', payload: { orderNo: 'X', total: 1 } };
+    // Before, the plain handler got the tx it is never given in production, and this resolved with 'plain:tx'.
+    await bus.transaction(async (tx) => {
+      await expect(runHandlerNow(bus, 'plain', event, { tx })).rejects.toThrow(/handler 'plain' is not transactional: a worker runs it with no ctx.tx/);
+      await runHandlerNow(bus, 'in-tx', event, { tx });
+    });
+    await runHandlerNow(bus, 'plain', event);
+    expect(saw).toEqual(['in-tx:tx', 'plain:none']);
+  });
+
   it.skipIf(!target.available)('runHandlerNow runs a handler as a worker would: trace, payload as stored, subscription, timeout', async () => {
     const lines: Record<string, unknown>[] = [];
     const logger = {

@@ -52,6 +52,11 @@ export async function runHandlerNow(
   if (handler.transactional && !isReaTransaction(options.tx)) {
     throw new Error(`handler '${name}' is transactional: pass { tx } from bus.transaction()`);
   }
+  // A worker gives a plain handler no ctx.tx: handed one here, a handler that writes through
+  // ctx.tx when it has one passed its test and took another path in production.
+  if (!handler.transactional && options.tx !== undefined) {
+    throw new Error(`handler '${name}' is not transactional: a worker runs it with no ctx.tx, so runHandlerNow takes no { tx } for it (register it with { transactional: true } to run it in one)`);
+  }
   if (!handler.patterns.some((p) => patternMatches(p, event.type))) {
     throw new Error(`handler '${name}' does not subscribe to '${event.type}' (its patterns: ${handler.patterns.join(', ')}): no worker would run it on this event`);
   }
