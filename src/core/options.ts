@@ -280,7 +280,10 @@ export const busOptionsSchema = z.object({
     handlerUnattendedMs: threshold.optional(),
   }).strict().optional(),
   overview: z.object({ exactCountLimit: positiveInt.max(10_000_000).optional() }).strict().optional(),
-});
+// Strict as every nested group is: a misspelt top-level option (poolsize, maxPayloadByte,
+// webhook) in an options object built apart from the call, where TypeScript does not check
+// excess properties, or from JavaScript, was dropped without a word and its default used.
+}).strict();
 
 export const handlerOptionsSchema = z.object({
   maxAttempts: positiveInt.max(1000).optional(),
