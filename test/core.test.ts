@@ -67,6 +67,22 @@ describeTargets('patterns on $name', (target) => {
   });
 });
 
+describe('default logger', () => {
+  it('REA_LOG_LEVEL set to a level pino does not know is an OptionsError that names the variable', async () => {
+    const { createBus } = await import('../src/index.js');
+    vi.stubEnv('REA_LOG_LEVEL', 'warning');
+    try {
+      // Before: pino's own Error, "default level:warning must be included in custom levels".
+      expect(() => createBus({ database: { pglite: 'memory://' }, events }))
+        .toThrow(new OptionsError('REA_LOG_LEVEL', "'warning' is not a log level; one of trace, debug, info, warn, error, fatal, silent"));
+      vi.stubEnv('REA_LOG_LEVEL', 'debug');
+      expect(() => createBus({ database: { pglite: 'memory://' }, events })).not.toThrow();
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+});
+
 describe('ReaErrorCode', () => {
   it('lists the codes of the webhook errors rea exports, so an application can switch on them', () => {
     // Before, ReaErrorCode lacked both: this switch did not compile ("Type '\"ERR_WEBHOOK_URL_REFUSED\"'
