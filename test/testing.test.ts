@@ -1,8 +1,8 @@
 // rea/testing: assertions on what a transaction recorded, and running one handler directly.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, PayloadValidationError } from '../src/index.js';
-import { expectRecorded, recordedIn, runHandlerNow } from '../src/testing/index.js';
+import { defineEvents, HandlerTimeoutError, PayloadValidationError, WorkerStoppingError } from '../src/index.js';
+import { expectRecorded, HandlerTimeoutError as TestingHandlerTimeoutError, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
 import { describeTargets, testBus } from './helpers/db.js';
 
@@ -117,7 +117,12 @@ describeTargets('rea/testing on $name', (target) => {
     }, { timeoutMs: 50 });
     const err = await runHandlerNow(bus, 'hangs', { type: 'order.paid', payload: { orderNo: 'H' } }).catch((e: unknown) => e);
     expect(err).toMatchObject({ name: 'HandlerTimeoutError' });
+    // Documented as rejecting with a HandlerTimeoutError, which neither 'rea' nor 'rea/testing' exported.
+    expect(err).toBeInstanceOf(HandlerTimeoutError);
+    expect(TestingHandlerTimeoutError).toBe(HandlerTimeoutError);
     expect(signal!.aborted).toBe(true);
+    expect(signal!.reason).toBeInstanceOf(HandlerTimeoutError);
+    expect(new WorkerStoppingError()).toBeInstanceOf(Error);
   });
 });
 

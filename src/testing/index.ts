@@ -11,6 +11,9 @@ import { JobAbort } from '../worker/abort.js';
 import type { HandlerContext } from '../worker/registry.js';
 import { HandlerTimeoutError } from '../worker/worker.js';
 
+// What runHandlerNow rejects with at the handler's timeout (also exported by 'rea').
+export { HandlerTimeoutError };
+
 /** The events recorded so far in `tx` (still uncommitted), oldest first. */
 export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]> {
   return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx));
