@@ -18,7 +18,7 @@ import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
-import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, validateWith, type HandlerOptions } from './core/options.js';
+import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, poolSizeSchema, validateWith, type HandlerOptions } from './core/options.js';
 import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
@@ -566,7 +566,13 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     stop(stopOptions = {}) {
-      return (stopping ??= stopBus(stopOptions));
+      // Node runs a timer longer than ~24.8 days (Infinity, a NaN from Number(env)…) after 1 ms:
+      // such a timeoutMs, meant as "wait long", aborted every running handler at once.
+      const timeoutMs = (stopOptions as { timeoutMs?: unknown } | null)?.timeoutMs;
+      if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_TIMER_MS)) {
+        return Promise.reject(new OptionsError('stop.timeoutMs', `${describe(timeoutMs)} is not a whole number of milliseconds from 0 to ${MAX_TIMER_MS} (about 24.8 days)`));
+      }
+      return (stopping ??= stopBus(stopOptions ?? {}));
     },
 
     async overview() {
@@ -741,7 +747,9 @@ const STOP_STEP_MIN_MS = 250;
 /** Waits for `work` (which must not reject) at most `ms`; `onGaveUp` says so when it did not end in time. */
 async function waitAtMost(work: Promise<void>, ms: number, onGaveUp: (waitedMs: number) => void): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
-  const waited = Math.max(0, Math.round(ms));
+  // A stop's timeout may be the longest timer there is, and its steps get a grace on top: past
+  // MAX_TIMER_MS Node would fire after 1 ms, and the stop would close the pool under running handlers.
+  const waited = Math.min(MAX_TIMER_MS, Math.max(0, Math.round(ms)));
   const ended = await Promise.race([
     work.then(() => true),
     new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), waited))),
@@ -761,6 +769,8 @@ function makeDriver(database: DatabaseOptions, schema: string, poolSize: number,
   if (!database || typeof database !== 'object') throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
   if ('driver' in database) return database.driver;
   if ('postgres' in database) {
+    // Checked as createBus's own poolSize is: a pool of -1 answered no query, ever.
+    if (database.poolSize !== undefined) validateWith(poolSizeSchema, database.poolSize, 'database.poolSize');
     return new PostgresDriver({
       connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize,
       onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),

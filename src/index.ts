@@ -18,6 +18,8 @@ export type { HandlerOptions } from './core/options.js';
 export type { Lifecycle, LifecycleEvents, LifecycleName } from './core/lifecycle.js';
 export type { Logger } from './core/logger.js';
 export type { HandlerContext } from './worker/registry.js';
+// The reasons ctx.signal aborts with (the handler's timeoutMs; a stop), and what runHandlerNow rejects with at the timeout.
+export { HandlerTimeoutError, WorkerStoppingError } from './worker/worker.js';
 export type { Transaction } from './tx/rea.js';
 export type { Driver, EventRow, JobRow, JobState, Queryable } from './driver/types.js';
 export type { EventState, EventSummary, JobSummary } from './driver/admin.js';

@@ -1,6 +1,6 @@
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, expectTypeOf, it, vi } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, exponentialBackoff, OptionsError } from '../src/index.js';
+import { defineEvents, exponentialBackoff, OptionsError, ReaError, WebhookSecretError, WebhookUrlRefusedError, type ReaErrorCode } from '../src/index.js';
 import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({
@@ -29,6 +29,74 @@ describeTargets('core on $name', (target) => {
     expect(seen.sort()).toEqual(['mailer:A1', 'warehouse:A1']);
     const jobs = await bus.jobs.forEvent(id);
     expect(jobs.map((j) => [j.target, j.state, j.attempt]).sort()).toEqual([['mailer', 'completed', 1], ['warehouse', 'completed', 1]]);
+  });
+});
+
+describeTargets('patterns on $name', (target) => {
+  it.skipIf(!target.available)("a '*' inside a pattern ('*.paid') is typed as the types it is routed: the handler's event is not `never`", async () => {
+    const paid = defineEvents({
+      'order.paid': z.object({ orderNo: z.string() }),
+      'invoice.paid': z.object({ invoiceNo: z.string() }),
+      'order.created': z.object({ orderNo: z.string() }),
+    });
+    const bus = await testBus(target, paid);
+    const seen: string[] = [];
+    bus.on('*.paid', 'payments', async (e) => {
+      // Before, e was `never` here and this did not compile ("Property 'type' does not exist on type 'never'").
+      expectTypeOf(e.type).toEqualTypeOf<'order.paid' | 'invoice.paid'>();
+      seen.push(e.type === 'order.paid' ? `order ${e.payload.orderNo}` : `invoice ${e.payload.invoiceNo}`);
+    });
+    bus.on('order.*d', 'order-d', async (e) => {
+      expectTypeOf(e.type).toEqualTypeOf<'order.paid' | 'order.created'>();
+    });
+    bus.on('*', 'all', async (e) => {
+      expectTypeOf(e.type).toEqualTypeOf<'order.paid' | 'invoice.paid' | 'order.created'>();
+    });
+    await bus.start();
+    let completed = 0;
+    const done = new Promise<void>((resolve) => bus.lifecycle.on('job:completed', (j) => {
+      if (j.handler === 'payments' && ++completed === 2) resolve();
+    }));
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.paid', { orderNo: 'A1' });
+      await bus.record(tx, 'invoice.paid', { invoiceNo: 'I1' });
+      await bus.record(tx, 'order.created', { orderNo: 'A2' });
+    });
+    await done;
+    expect(seen.sort()).toEqual(['invoice I1', 'order A1']);
+  });
+});
+
+describe('default logger', () => {
+  it('REA_LOG_LEVEL set to a level pino does not know is an OptionsError that names the variable', async () => {
+    const { createBus } = await import('../src/index.js');
+    vi.stubEnv('REA_LOG_LEVEL', 'warning');
+    try {
+      // Before: pino's own Error, "default level:warning must be included in custom levels".
+      expect(() => createBus({ database: { pglite: 'memory://' }, events }))
+        .toThrow(new OptionsError('REA_LOG_LEVEL', "'warning' is not a log level; one of trace, debug, info, warn, error, fatal, silent"));
+      vi.stubEnv('REA_LOG_LEVEL', 'debug');
+      expect(() => createBus({ database: { pglite: 'memory://' }, events })).not.toThrow();
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+});
+
+describe('ReaErrorCode', () => {
+  it('lists the codes of the webhook errors rea exports, so an application can switch on them', () => {
+    // Before, ReaErrorCode lacked both: this switch did not compile ("Type '\"ERR_WEBHOOK_URL_REFUSED\"'
+    // is not comparable to type 'ReaErrorCode'"), although create/update throw exactly these.
+    const reply = (err: ReaError): string => {
+      switch (err.code) {
+        case 'ERR_WEBHOOK_URL_REFUSED': return 'bad url';
+        case 'ERR_WEBHOOK_SECRET': return 'bad secret';
+        default: return 'other';
+      }
+    };
+    expect(reply(new WebhookUrlRefusedError('address', 'resolves to loopback address 127.0.0.1', 'localhost'))).toBe('bad url');
+    expect(reply(new WebhookSecretError('too short'))).toBe('bad secret');
+    expectTypeOf<'ERR_WEBHOOK_SECRET' | 'ERR_WEBHOOK_URL_REFUSED'>().toMatchTypeOf<ReaErrorCode>();
   });
 });
 

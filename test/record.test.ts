@@ -484,6 +484,18 @@ describe('registration', () => {
     expect(() => bus.on('order.created', 'three', () => {}, { maxAttempts: 0 })).toThrow(/invalid option bus.on\('three'\).options.maxAttempts/);
     expect(() => bus.on('order.created', 'four', () => {}, { timeoutMs: 5, bogus: 1 } as object)).toThrow(/unknown option\(s\) bogus/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { batchSize: -1 } })).toThrow(/invalid option createBus.relay.batchSize/);
+    // A misspelt top-level option was dropped without a word (TypeScript checks excess properties
+    // only in an object literal written in the call), and its default used.
+    const built: Record<string, unknown> = { poolsize: 2, maxPayloadByte: 1024 };
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, ...built }))
+      .toThrow(new OptionsError('createBus', 'unknown option(s) poolsize, maxPayloadByte'));
+    // database.poolSize went to pg unchecked: -1 made a pool that never handed out a connection
+    // (every query waited for ever, with no error), and 0 or 1.5 were quietly taken for 10 or 2.
+    for (const poolSize of [-1, 0, 1.5, Number.NaN]) {
+      expect(() => createBus({ database: { postgres: 'postgres://postgres@127.0.0.1:5432/shop', poolSize }, events }), String(poolSize))
+        .toThrow(/^invalid option database.poolSize: /);
+    }
+    expect(() => createBus({ database: { postgres: 'postgres://postgres@127.0.0.1:5432/shop', poolSize: 3 }, events })).not.toThrow();
     // A margin of 0 passed, and every claimed job went straight back to the queue: none ever ran.
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 0 } })).toThrow(/invalid option createBus.worker.leaseMarginMs: .*100/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 100 } })).not.toThrow();

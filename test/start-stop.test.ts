@@ -3,7 +3,7 @@
 // is stopped; nothing keeps running on a closed pool or keeps the process alive.
 import { expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { defineEvents } from '../src/index.js';
+import { defineEvents, OptionsError } from '../src/index.js';
 import { describeTargets, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.paid': z.object({ orderNo: z.string() }) });
@@ -54,5 +54,39 @@ describeTargets('start and stop on $name', (target) => {
     await expect(started).resolves.toBeUndefined();
     await expect(stopped).resolves.toBeUndefined();
     await expect(bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'A1' }))).rejects.toThrow('the bus has been stopped');
+  });
+
+  it.skipIf(!target.available)('stop({ timeoutMs }) past what a timer holds is refused, not taken as 1 ms: a running handler is not aborted', async () => {
+    const bus = await testBus(target, events, { relay: { minPollMs: 1, maxPollMs: 20 }, worker: { minPollMs: 1, maxPollMs: 20 } });
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    let finish!: () => void;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    let aborted = false;
+    bus.on('order.paid', 'warehouse', async (_event, ctx) => {
+      ctx.signal.addEventListener('abort', () => (aborted = true));
+      started();
+      await finished;
+    });
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'A1' }));
+    await running;
+    // "Wait as long as it takes": Node ran these timers after 1 ms, and the stop aborted the handler.
+    for (const timeoutMs of [Number.POSITIVE_INFINITY, 3_000_000_000, Number.NaN, -1, 1.5, '5000']) {
+      const err = await bus.stop({ timeoutMs: timeoutMs as number }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OptionsError);
+      expect((err as OptionsError).field).toBe('stop.timeoutMs');
+    }
+    await sleep(50); // a timer Node shortened to 1 ms would have fired
+    expect(aborted).toBe(false);
+    // The bus still runs, and a valid stop waits for the handler.
+    let stopResolved = false;
+    const stopped = bus.stop({ timeoutMs: 2_147_483_647 }).then(() => (stopResolved = true));
+    await sleep(50);
+    expect(stopResolved).toBe(false);
+    expect(aborted).toBe(false);
+    finish();
+    await stopped;
+    expect(aborted).toBe(false);
   });
 });

@@ -1,8 +1,8 @@
 // rea/testing: assertions on what a transaction recorded, and running one handler directly.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, PayloadValidationError } from '../src/index.js';
-import { expectRecorded, recordedIn, runHandlerNow } from '../src/testing/index.js';
+import { defineEvents, HandlerTimeoutError, PayloadValidationError, WorkerStoppingError } from '../src/index.js';
+import { expectRecorded, HandlerTimeoutError as TestingHandlerTimeoutError, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
 import { describeTargets, testBus } from './helpers/db.js';
 
@@ -27,6 +27,30 @@ describeTargets('rea/testing on $name', (target) => {
     });
   });
 
+  it.skipIf(!target.available)('expectRecorded sees the events recorded inside a savepoint (an ORM\'s nested transaction), and not those of one rolled back', async () => {
+    const bus = await testBus(target, events);
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.created', { orderNo: 'TOP', total: 1 });
+      await tx.query('savepoint nested');
+      await bus.record(tx, 'order.paid', { orderNo: 'IN-SAVEPOINT' });
+      await tx.query('savepoint deeper');
+      await bus.record(tx, 'order.paid', { orderNo: 'DEEPER' });
+      await tx.query('release savepoint deeper');
+      await tx.query('savepoint undone');
+      await bus.record(tx, 'order.paid', { orderNo: 'ROLLED-BACK' });
+      await tx.query('rollback to savepoint undone');
+      // Committed by another transaction after this one began: visible to it (read committed), yet
+      // not its own. (PGlite runs one transaction at a time: the other would wait for this one.)
+      if (target.name === 'postgres') await bus.transaction((other) => bus.record(other, 'order.paid', { orderNo: 'OTHER' }));
+      // Before, only TOP was listed: a row written in a savepoint carries the savepoint's own
+      // transaction id, and expectRecorded said the transaction recorded no 'order.paid'.
+      const rows = await recordedIn(bus, tx);
+      expect(rows.map((r) => (r.payload as { orderNo: string }).orderNo)).toEqual(['TOP', 'IN-SAVEPOINT', 'DEEPER']);
+      await expectRecorded(bus, tx, 'order.paid', { orderNo: 'IN-SAVEPOINT' });
+      await expect(expectRecorded(bus, tx, 'order.paid', { orderNo: 'OTHER' })).rejects.toThrow(/expected this transaction to record/);
+    });
+  });
+
   it.skipIf(!target.available)('runHandlerNow calls a registered handler with a full context', async () => {
     const bus = await testBus(target, events);
     const seen: string[] = [];
@@ -36,6 +60,25 @@ describeTargets('rea/testing on $name', (target) => {
     await runHandlerNow(bus, 'h', { id: 'e1', type: 'order.created', payload: { orderNo: 'X', total: 1 } }, { attempt: 2 });
     expect(seen).toEqual(['X:2:e1:h']);
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: {} })).rejects.toThrow(/no handler named 'nope'/);
+  });
+
+  it.skipIf(!target.available)('runHandlerNow gives ctx.tx only to a transactional handler, as a worker does', async () => {
+    const bus = await testBus(target, events);
+    const saw: string[] = [];
+    bus.on('order.created', 'plain', async (_e, ctx) => {
+      saw.push(ctx.tx ? 'plain:tx' : 'plain:none');
+    });
+    bus.on('order.created', 'in-tx', async (_e, ctx) => {
+      saw.push(ctx.tx ? 'in-tx:tx' : 'in-tx:none');
+    }, { transactional: true });
+    const event = { type: 'order.created', payload: { orderNo: 'X', total: 1 } };
+    // Before, the plain handler got the tx it is never given in production, and this resolved with 'plain:tx'.
+    await bus.transaction(async (tx) => {
+      await expect(runHandlerNow(bus, 'plain', event, { tx })).rejects.toThrow(/handler 'plain' is not transactional: a worker runs it with no ctx.tx/);
+      await runHandlerNow(bus, 'in-tx', event, { tx });
+    });
+    await runHandlerNow(bus, 'plain', event);
+    expect(saw).toEqual(['in-tx:tx', 'plain:none']);
   });
 
   it.skipIf(!target.available)('runHandlerNow runs a handler as a worker would: trace, payload as stored, subscription, timeout', async () => {
@@ -74,7 +117,12 @@ describeTargets('rea/testing on $name', (target) => {
     }, { timeoutMs: 50 });
     const err = await runHandlerNow(bus, 'hangs', { type: 'order.paid', payload: { orderNo: 'H' } }).catch((e: unknown) => e);
     expect(err).toMatchObject({ name: 'HandlerTimeoutError' });
+    // Documented as rejecting with a HandlerTimeoutError, which neither 'rea' nor 'rea/testing' exported.
+    expect(err).toBeInstanceOf(HandlerTimeoutError);
+    expect(TestingHandlerTimeoutError).toBe(HandlerTimeoutError);
     expect(signal!.aborted).toBe(true);
+    expect(signal!.reason).toBeInstanceOf(HandlerTimeoutError);
+    expect(new WorkerStoppingError()).toBeInstanceOf(Error);
   });
 });
 

@@ -6,6 +6,7 @@ import { Command } from 'commander';
 import type { Bus } from '../bus.js';
 import { ModuleLoadError, OptionsError } from '../core/errors.js';
 import { namedMessage } from '../core/errors-format.js';
+import { MAX_TIMER_MS } from '../core/options.js';
 import { wholeNumber } from './settings.js';
 
 /** How long `rea run` lets the process end on its own once the bus has stopped (or failed to start). */
@@ -19,7 +20,7 @@ export function runCommand(): Command {
     .description('run the relay, workers and maintenance of the bus exported by <module> (export `bus`, or a default export)')
     .argument('<module>', 'path to a module exporting a bus (or a function returning one)')
     .option('--migrate', 'run migrations before starting')
-    .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', wholeNumber(0), 10_000)
+    .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', wholeNumber(0, MAX_TIMER_MS), 10_000)
     .option('--wait-for-database <ms>', 'keep retrying while the database is unreachable at start-up', wholeNumber(0), 120_000)
     .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: number; waitForDatabase: number }) => {
       const bus = await loadBus(modulePath);

@@ -16,7 +16,11 @@ export type ReaErrorCode =
   | 'ERR_INVALID_FILTER'
   | 'ERR_TRANSACTION'
   /** The rea command line was wrong (the CLI's UsageError). */
-  | 'ERR_USAGE';
+  | 'ERR_USAGE'
+  /** A given webhook secret is malformed (WebhookSecretError). */
+  | 'ERR_WEBHOOK_SECRET'
+  /** The SSRF guard refused a webhook URL (WebhookUrlRefusedError). */
+  | 'ERR_WEBHOOK_URL_REFUSED';
 
 export class ReaError extends Error {
   readonly code: ReaErrorCode;

@@ -34,12 +34,16 @@ export type EventType<S extends EventSchemas> = keyof S & string;
 export type PayloadInput<S extends EventSchemas, T extends EventType<S>> = StandardSchemaV1.InferInput<S[T]>;
 export type PayloadOutput<S extends EventSchemas, T extends EventType<S>> = StandardSchemaV1.InferOutput<S[T]>;
 
-/** The event types a subscription pattern matches: 'order.created', 'order.*', '*'. */
-export type MatchingTypes<S extends EventSchemas, P extends string> = P extends '*'
-  ? EventType<S>
-  : P extends `${infer Prefix}*`
-    ? Extract<EventType<S>, `${Prefix}${string}`>
-    : Extract<EventType<S>, P>;
+/**
+ * The event types a subscription pattern matches: 'order.created', 'order.*', '*', and a '*'
+ * anywhere ('*.paid', 'order.*.v2'), as patternMatches and the relay's LIKE route them. Only a
+ * trailing '*' used to be read: a handler on '*.paid' ran on every '….paid' event, but was typed
+ * as receiving none (its event was `never`).
+ */
+export type MatchingTypes<S extends EventSchemas, P extends string> = Extract<EventType<S>, PatternShape<P>>;
+
+/** A pattern as a template literal type: each '*' becomes `${string}` (which, like '*', matches ''). */
+type PatternShape<P extends string> = P extends `${infer Head}*${infer Tail}` ? `${Head}${string}${PatternShape<Tail>}` : P;
 
 /** An event as a handler receives it; a union over the types its patterns match. */
 export type ReaEvent<S extends EventSchemas, T extends EventType<S> = EventType<S>> = T extends EventType<S>

@@ -1,5 +1,6 @@
 // The logger seam: any pino-compatible logger. rea's default is pino at REA_LOG_LEVEL (default 'warn').
 import { pino } from 'pino';
+import { OptionsError } from './errors.js';
 
 export interface Logger {
   debug(obj: object, msg?: string): void;
@@ -10,7 +11,12 @@ export interface Logger {
 }
 
 export function defaultLogger(): Logger {
-  return pino({ name: 'rea', level: process.env.REA_LOG_LEVEL ?? 'warn' }) as unknown as Logger;
+  // Unset or empty: 'warn'. A level pino does not know (warning, verbose) made createBus throw
+  // pino's own "default level:warning must be included in custom levels", naming no variable.
+  const level = process.env.REA_LOG_LEVEL?.trim() || 'warn';
+  const levels = [...Object.keys(pino.levels.values), 'silent'];
+  if (!levels.includes(level)) throw new OptionsError('REA_LOG_LEVEL', `'${level}' is not a log level; one of ${levels.join(', ')}`);
+  return pino({ name: 'rea', level }) as unknown as Logger;
 }
 
 /**

@@ -187,10 +187,16 @@ const pollBounds = (defaults: { minPollMs: number; maxPollMs: number }) => (o: {
   }
 };
 
+/**
+ * Connections in the pool rea creates. pg's Pool takes 0 (and NaN) for its default of 10, and
+ * waits for ever for a free connection of a pool below that: every query hung, with no error.
+ */
+export const poolSizeSchema = positiveInt;
+
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
   maxPayloadBytes: positiveInt.optional(),
-  poolSize: positiveInt.optional(),
+  poolSize: poolSizeSchema.optional(),
   instanceId: z.string().min(1).max(200).optional(),
   relay: z.object({
     enabled: z.boolean().optional(),
@@ -274,7 +280,10 @@ export const busOptionsSchema = z.object({
     handlerUnattendedMs: threshold.optional(),
   }).strict().optional(),
   overview: z.object({ exactCountLimit: positiveInt.max(10_000_000).optional() }).strict().optional(),
-});
+// Strict as every nested group is: a misspelt top-level option (poolsize, maxPayloadByte,
+// webhook) in an options object built apart from the call, where TypeScript does not check
+// excess properties, or from JavaScript, was dropped without a word and its default used.
+}).strict();
 
 export const handlerOptionsSchema = z.object({
   maxAttempts: positiveInt.max(1000).optional(),

@@ -11,6 +11,9 @@ import { JobAbort } from '../worker/abort.js';
 import type { HandlerContext } from '../worker/registry.js';
 import { HandlerTimeoutError } from '../worker/worker.js';
 
+// What runHandlerNow rejects with at the handler's timeout (also exported by 'rea').
+export { HandlerTimeoutError };
+
 /** The events recorded so far in `tx` (still uncommitted), oldest first. */
 export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]> {
   return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx));
@@ -51,6 +54,11 @@ export async function runHandlerNow(
   if (!handler) throw new Error(`no handler named '${name}' is registered on this bus`);
   if (handler.transactional && !isReaTransaction(options.tx)) {
     throw new Error(`handler '${name}' is transactional: pass { tx } from bus.transaction()`);
+  }
+  // A worker gives a plain handler no ctx.tx: handed one here, a handler that writes through
+  // ctx.tx when it has one passed its test and took another path in production.
+  if (!handler.transactional && options.tx !== undefined) {
+    throw new Error(`handler '${name}' is not transactional: a worker runs it with no ctx.tx, so runHandlerNow takes no { tx } for it (register it with { transactional: true } to run it in one)`);
   }
   if (!handler.patterns.some((p) => patternMatches(p, event.type))) {
     throw new Error(`handler '${name}' does not subscribe to '${event.type}' (its patterns: ${handler.patterns.join(', ')}): no worker would run it on this event`);

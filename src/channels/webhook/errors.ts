@@ -2,12 +2,10 @@
 // secret, a signature or a request header, because they end up in logs and the attempt log.
 import { ReaError, type ReaErrorCode } from '../../core/errors.js';
 
-export type WebhookErrorCode = 'ERR_WEBHOOK_SECRET' | 'ERR_WEBHOOK_URL_REFUSED';
+export type WebhookErrorCode = Extract<ReaErrorCode, 'ERR_WEBHOOK_SECRET' | 'ERR_WEBHOOK_URL_REFUSED'>;
 
-// The codes live here so the core error file need not change under a parallel edit; once
-// ReaErrorCode lists them, the cast below can go.
 function code(c: WebhookErrorCode): ReaErrorCode {
-  return c as unknown as ReaErrorCode;
+  return c;
 }
 
 /** A webhook secret is malformed. The message says what is wrong, never what the secret is. */

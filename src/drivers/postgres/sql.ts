@@ -282,12 +282,18 @@ update ${s}.events set poisoned_at = null, fan_attempts = 0, last_error = null
 where poisoned_at is not null
 returning id::text as id`,
 
-    // Rows this very transaction inserted: their xmin is its transaction id (modulo 2^32).
+    // Rows this very transaction inserted, its savepoints included. A row written inside a
+    // savepoint (an ORM's nested transaction) carries the savepoint's own transaction id, which is
+    // newer than the transaction's: a row whose xmin is the transaction's or up to 2^31 newer
+    // (xmin is the 64-bit id modulo 2^32) is ours while that id is still in progress, where
+    // another transaction's row visible to us has committed. Only xmin equal to the transaction's
+    // id was taken: events recorded in a savepoint were missing from recordedIn/expectRecorded.
     eventListInCurrentTransaction: /* sql */ `
+with me as (select pg_current_xact_id()::text::bigint as xid)
 select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
        fanned_out_at, fan_attempts, poisoned_at, last_error, delivered_inline
-from ${s}.events
-where xmin::text = (pg_current_xact_id()::text::bigint % 4294967296)::text
+from ${s}.events, me, lateral (select (xmin::text::bigint - me.xid % 4294967296 + 4294967296) % 4294967296 as newer_by) d
+where case when d.newer_by < 2147483648 then pg_xact_status((me.xid + d.newer_by)::text::xid8) = 'in progress' else false end
 order by id`,
 
     eventGet: /* sql */ `
