@@ -126,10 +126,7 @@ describe.concurrent('rea demo runs', { timeout: 60_000 }, () => {
 
   it('a connection to the reserved panel port during the run is closed, and does not hold the panel back', async (ctx) => {
     const { expect } = ctx;
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const { port } = probe.address() as AddressInfo;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const port = await freePortOutsideEphemeralRange();
 
     const run = demo(ctx, ['--keep-running', '--panel-port', String(port), '--orders', '10', '--rate', '20']);
     await run.waitForOutput(/^rea demo: /m); // the port is reserved from here on
@@ -168,3 +165,24 @@ describe.concurrent('rea demo runs', { timeout: 60_000 }, () => {
     expect(run.dataDirs()).toEqual([]);
   });
 });
+
+/**
+ * A port that is free now, below the kernel's ephemeral range (32768–60999 on Linux): a port
+ * found by listening on 0 comes from that range, where every other test's port-0 server takes
+ * its ports, and one of them took it between the probe and the demo's bind once.
+ */
+async function freePortOutsideEphemeralRange(): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const port = 20_000 + Math.floor(Math.random() * 10_000);
+    const probe = createServer();
+    const free = await new Promise<boolean>((resolve) => {
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (free) {
+      await new Promise<void>((resolve) => probe.close(() => resolve()));
+      return port;
+    }
+  }
+  throw new Error('no free port in 20000–29999');
+}

@@ -141,11 +141,13 @@ describeTargets('webhooks on $name', (target) => {
     const a = await bus.endpoints.create({ url: down.url, eventTypes: ['order.paid'] });
     await bus.endpoints.create({ url: other.url, eventTypes: ['order.created'] });
     await bus.start();
+    // Emitted once the failure is written (the slot is free before that).
+    const failed = bus.lifecycle.waitFor('job:failed', (f) => f.kind === 'webhook' && f.handler === a.id);
     await bus.transaction(async (tx) => {
       for (let i = 1; i <= 5; i++) await bus.record(tx, 'order.paid', { orderNo: `P${i}`, amount: i });
     });
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C' }));
-    await other.nth(1);
+    await Promise.all([other.nth(1), failed]);
     expect(down.received).toHaveLength(1);
     const waiting = await target.query(
       `select id, attempt, scheduled_at > now() + interval '4 minutes' as moved from "${bus.schema}".jobs
