@@ -8,7 +8,7 @@ import { JOB_STATES } from '../driver/types.js';
 import { badRequest } from './http.js';
 
 const text = z.string().max(500);
-const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
+export const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
 const jobId = z.string().refine(isJobId, `must be a job id (1 to ${MAX_JOB_ID})`);
 /** A page cursor that is a job or attempt id: the nextCursor of the previous page. */
 export const idCursor = z.string().refine(isJobId, 'must be the nextCursor of a previous page');

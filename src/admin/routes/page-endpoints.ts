@@ -4,10 +4,11 @@ import { z } from 'zod';
 import { endpointView, type EndpointView } from '../data.js';
 import { actionButton, badge, html, layout, table, time } from '../html.js';
 import { defineRoute, parse, queryFields } from '../route.js';
+import { uuid } from '../schemas.js';
 
 const query = z.object({
   state: z.enum(['enabled', 'failing', 'disabled']).optional(),
-  cursor: z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be an endpoint id').optional(),
+  cursor: uuid.optional(),
 }).strip();
 /** Endpoints a page shows; a full page links to the next. */
 const PAGE_SIZE = 200;
@@ -20,7 +21,10 @@ export default defineRoute({
     const endpoints = (await ctx.bus.endpoints.list({
       ...(filter.state ? { state: filter.state } : {}), limit: PAGE_SIZE, ...(filter.cursor ? { after: filter.cursor } : {}),
     })).map(endpointView);
-    const more = (cursor: string) => new URLSearchParams({ ...(filter.state ? { state: filter.state } : {}), ...(cursor ? { cursor } : {}) }).toString();
+    const href = (cursor?: string) => {
+      const q = new URLSearchParams({ ...(filter.state ? { state: filter.state } : {}), ...(cursor ? { cursor } : {}) }).toString();
+      return `${p.base}/endpoints${q ? `?${q}` : ''}`;
+    };
     const rows = endpoints.map((e) => [
       html`<a href="${p.base}/endpoints/${e.id}"><code>${e.url}</code></a>${e.description ? html`<div class="muted">${e.description}</div>` : ''}`,
       html`<code>${e.eventTypes.join(', ')}</code>`,
@@ -30,7 +34,7 @@ export default defineRoute({
     const body = html`<h1>Endpoints</h1>
 <nav class="tabs">${(['', 'enabled', 'failing', 'disabled'] as const).map((s) => html`<a href="${p.base}/endpoints${s ? `?state=${s}` : ''}"${(filter.state ?? '') === s ? html` aria-current="page"` : ''}>${s || 'all'}</a>`)}</nav>
 ${table(['URL', 'Event types', 'State', 'Failing since', 'Disabled reason', 'Secret', ''], rows, 'No endpoints.')}
-<nav class="pager">${filter.cursor ? html`<a href="${p.base}/endpoints${more('') ? `?${more('')}` : ''}">first</a>` : ''}${endpoints.length === PAGE_SIZE ? html`<a href="${p.base}/endpoints?${more(endpoints.at(-1)!.id)}" rel="next">more →</a>` : ''}</nav>
+<nav class="pager">${filter.cursor ? html`<a href="${href()}">first</a>` : ''}${endpoints.length === PAGE_SIZE ? html`<a href="${href(endpoints.at(-1)!.id)}" rel="next">more →</a>` : ''}</nav>
 <h2>Add an endpoint</h2>
 <form class="stack" method="post" action="${p.base}/api/endpoints">
 <input type="hidden" name="_csrf" value="${p.csrf ?? ''}"><input type="hidden" name="_return" value="/endpoints">
