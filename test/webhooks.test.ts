@@ -353,6 +353,29 @@ describeTargets('webhooks on $name', (target) => {
     expect(await bus.jobs.forEvent(back)).toHaveLength(1);
   });
 
+  test('enable() on an endpoint already enabled changes nothing and emits no endpoint:state; a real change still does', async () => {
+    // Before, every enable() emitted endpoint:state 'enabled' and rewrote updatedAt, so a listener
+    // (an audit trail, a dashboard) saw a state change that never happened.
+    const bus = await testBus(target, events, { ...local, worker: { enabled: false } });
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.created'] });
+    const changes: { endpointId: string; state: string }[] = [];
+    bus.lifecycle.on('endpoint:state', (e) => void changes.push({ endpointId: e.endpointId, state: e.state }));
+    const same = await bus.endpoints.enable(ep.id);
+    expect(same).toMatchObject({ state: 'enabled', updatedAt: ep.updatedAt });
+    expect(changes).toEqual([]);
+
+    // Failing (as a failed attempt leaves it) to enabled is a change: it clears failing_since and says so.
+    await target.query(`update "${bus.schema}".endpoints set state = 'failing', failing_since = now() where id = $1`, [ep.id]);
+    expect(await bus.endpoints.enable(ep.id)).toMatchObject({ state: 'enabled', failingSince: null });
+    await bus.endpoints.disable(ep.id);
+    expect(await bus.endpoints.enable(ep.id)).toMatchObject({ state: 'enabled', disabledAt: null, disabledReason: null });
+    expect(await bus.endpoints.enable(ep.id)).toMatchObject({ state: 'enabled' });
+    expect(changes).toEqual([
+      { endpointId: ep.id, state: 'enabled' }, { endpointId: ep.id, state: 'disabled' }, { endpointId: ep.id, state: 'enabled' },
+    ]);
+    await expect(bus.endpoints.enable('00000000-0000-7000-8000-000000000000')).rejects.toBeInstanceOf(NotFoundError);
+  });
+
   test('a job queued before its endpoint was disabled is discarded without a request', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver();

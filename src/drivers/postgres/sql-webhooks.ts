@@ -45,7 +45,8 @@ returning ${ENDPOINT_COLUMNS}`,
 
     // Enabling is a fresh start: failing and disabled fields are cleared. Disabling an endpoint
     // that is already disabled changes nothing (no row comes back): the first time and reason,
-    // the health pass's or a person's, say why deliveries stopped.
+    // the health pass's or a person's, say why deliveries stopped. Nor does enabling one that is
+    // already enabled with nothing to clear: no state changed, so no endpoint:state either.
     endpointSetState: /* sql */ `
 update ${s}.endpoints
 set state = $2::text,
@@ -53,7 +54,9 @@ set state = $2::text,
     disabled_at = case when $2::text = 'enabled' then null else coalesce($4::timestamptz, now()) end,
     disabled_reason = case when $2::text = 'enabled' then null else $3::text end,
     updated_at = coalesce($4::timestamptz, now())
-where id = $1::uuid and not ($2::text = 'disabled' and state = 'disabled')
+where id = $1::uuid
+  and not ($2::text = 'disabled' and state = 'disabled')
+  and not ($2::text = 'enabled' and state = 'enabled' and failing_since is null and disabled_at is null)
 returning ${ENDPOINT_COLUMNS}`,
 
     // The new secret goes first; secrets still active stay valid until now + grace at the latest;
