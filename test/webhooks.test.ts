@@ -7,6 +7,7 @@ import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
 import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
+import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
@@ -181,6 +182,22 @@ describeTargets('webhooks on $name', (target) => {
     expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(2);
     expect(new Webhook(ep.secret).verify(seen.body, seen.headers)).toBeTruthy();
     expect(new Webhook(rotated.secret).verify(seen.body, seen.headers)).toBeTruthy();
+  });
+
+  test('rotateSecret within the grace period keeps the 3 newest previous secrets: the oldest stop verifying', async () => {
+    // Before, every rotation within one grace period added one more secret that verified (and one
+    // more signature on every request), with no bound: five rotations, six signatures.
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const secrets = [ep.secret];
+    for (let i = 0; i < 5; i++) secrets.push((await bus.endpoints.rotateSecret(ep.id)).secret);
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    const seen = await r.nth(1);
+    expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(1 + MAX_PREVIOUS_SECRETS);
+    // The newest and the three before it verify; the first two (the original and the first rotation) no longer do.
+    for (const s of secrets.slice(2)) expect(new Webhook(s).verify(seen.body, seen.headers)).toBeTruthy();
+    for (const s of secrets.slice(0, 2)) expect(() => new Webhook(s).verify(seen.body, seen.headers)).toThrow();
   });
 
   test('a failure retries after attempt⁴ s ±10 % with the same webhook-id; the endpoint turns failing, then enabled on success', async () => {

@@ -55,7 +55,7 @@ export interface EndpointsApi {
   enable(id: string): Promise<Endpoint>;
   /** No new deliveries are enqueued; queued ones are discarded when they come up. One already disabled keeps its first time and reason. */
   disable(id: string, options?: { reason?: string }): Promise<Endpoint>;
-  /** A new secret signs from now on; the previous ones keep signing for `graceMs` (default webhooks.secretGraceMs). */
+  /** A new secret signs from now on; the previous ones (the newest 3 at most) keep signing for `graceMs` (default webhooks.secretGraceMs). */
   rotateSecret(id: string, options?: { secret?: string; graceMs?: number }): Promise<EndpointWithSecret>;
   /** Delete it with its secrets and cancel its waiting deliveries (how many: `cancelled`); null when there is no such endpoint. */
   delete(id: string): Promise<{ cancelled: number } | null>;
