@@ -12,7 +12,7 @@ import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
-import { deferred } from './helpers/signals.js';
+import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -162,6 +162,62 @@ describeTargets('webhooks on $name', (target) => {
     await target.query(`update "${bus.schema}".jobs set scheduled_at = now() where id = $1`, [waiting[0].id]);
     await Promise.race([recovered, new Promise((_r, reject) => setTimeout(() => reject(new Error('the moved deliveries did not come back')), 10_000))]);
     expect(new Set(down.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
+  });
+
+  test('an endpoint that answers slowly holds at most concurrencyPerEndpoint slots; the others are delivered meanwhile', async () => {
+    // Before, a claim took deliveries in due order across endpoints: the slow endpoint's backlog,
+    // due first, took every webhook slot (and prefetch filled the buffer with more of it), so the
+    // other endpoint's deliveries waited until the slow requests ended.
+    let released = false;
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const holding: (() => void)[] = [];
+    const slow = await receiver((_q, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      res.on('finish', () => void inFlight--);
+      if (released) res.end('ok');
+      else holding.push(() => res.end('ok'));
+    });
+    const quick = await receiver();
+    const bus = await testBus(target, events, { ...fast, webhooks: { allowPrivateNetworks: true, concurrency: 4, concurrencyPerEndpoint: 2 } });
+    const s = await bus.endpoints.create({ url: slow.url, eventTypes: ['order.paid'] });
+    const q = await bus.endpoints.create({ url: quick.url, eventTypes: ['order.created'] });
+    const done = { [s.id]: counter(6), [q.id]: counter(3) };
+    bus.lifecycle.on('job:completed', (e) => void (e.kind === 'webhook' && done[e.handler]?.tick()));
+    await bus.start();
+    await bus.transaction(async (tx) => {
+      for (let i = 1; i <= 6; i++) await bus.record(tx, 'order.paid', { orderNo: `S${i}`, amount: i });
+    });
+    await slow.nth(2); // the slow endpoint's first two deliveries are out, and hang
+    await bus.transaction(async (tx) => {
+      for (let i = 1; i <= 3; i++) await bus.record(tx, 'order.created', { orderNo: `Q${i}` });
+    });
+    const deadline = (what: string) => new Promise<never>((_r, reject) => setTimeout(() => reject(new Error(what)), 10_000));
+    await Promise.race([done[q.id]!.done, deadline('the quick endpoint was not delivered to while the slow one hung')]);
+    expect(released).toBe(false);
+    expect(quick.received).toHaveLength(3);
+    expect([inFlight, maxInFlight, slow.received.length]).toEqual([2, 2, 2]);
+    // The four beyond the cap wait in the queue as they were: not claimed, no attempt, not pushed later.
+    const rows = await target.query(
+      `select state, attempt, scheduled_at <= now() as due from "${bus.schema}".jobs where kind = 'webhook' and target = $1 order by id`, [s.id]);
+    expect(rows.map((r) => [r.state, r.attempt, r.due])).toEqual([
+      ['running', 1, true], ['running', 1, true],
+      ['available', 0, true], ['available', 0, true], ['available', 0, true], ['available', 0, true],
+    ]);
+
+    released = true;
+    for (const answer of holding.splice(0)) answer();
+    await Promise.race([done[s.id]!.done, deadline('the slow endpoint\'s deliveries did not all go out once it answered')]);
+    expect(slow.received).toHaveLength(6);
+    expect(maxInFlight).toBe(2);
+  });
+
+  test('webhooks.concurrencyPerEndpoint must be a positive integer, named in the error', async () => {
+    for (const bad of [0, 1.5, -1]) {
+      expect(() => createBus({ database: target.database(), events, webhooks: { concurrencyPerEndpoint: bad } }))
+        .toThrow(/invalid option createBus\.webhooks\.concurrencyPerEndpoint: /);
+    }
   });
 
   test('rotateSecret refuses a grace period too long to store, by name', async () => {
