@@ -7,11 +7,12 @@ import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
 import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
+import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
-import { deferred } from './helpers/signals.js';
+import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -163,6 +164,62 @@ describeTargets('webhooks on $name', (target) => {
     expect(new Set(down.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
   });
 
+  test('an endpoint that answers slowly holds at most concurrencyPerEndpoint slots; the others are delivered meanwhile', async () => {
+    // Before, a claim took deliveries in due order across endpoints: the slow endpoint's backlog,
+    // due first, took every webhook slot (and prefetch filled the buffer with more of it), so the
+    // other endpoint's deliveries waited until the slow requests ended.
+    let released = false;
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const holding: (() => void)[] = [];
+    const slow = await receiver((_q, res) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      res.on('finish', () => void inFlight--);
+      if (released) res.end('ok');
+      else holding.push(() => res.end('ok'));
+    });
+    const quick = await receiver();
+    const bus = await testBus(target, events, { ...fast, webhooks: { allowPrivateNetworks: true, concurrency: 4, concurrencyPerEndpoint: 2 } });
+    const s = await bus.endpoints.create({ url: slow.url, eventTypes: ['order.paid'] });
+    const q = await bus.endpoints.create({ url: quick.url, eventTypes: ['order.created'] });
+    const done = { [s.id]: counter(6), [q.id]: counter(3) };
+    bus.lifecycle.on('job:completed', (e) => void (e.kind === 'webhook' && done[e.handler]?.tick()));
+    await bus.start();
+    await bus.transaction(async (tx) => {
+      for (let i = 1; i <= 6; i++) await bus.record(tx, 'order.paid', { orderNo: `S${i}`, amount: i });
+    });
+    await slow.nth(2); // the slow endpoint's first two deliveries are out, and hang
+    await bus.transaction(async (tx) => {
+      for (let i = 1; i <= 3; i++) await bus.record(tx, 'order.created', { orderNo: `Q${i}` });
+    });
+    const deadline = (what: string) => new Promise<never>((_r, reject) => setTimeout(() => reject(new Error(what)), 10_000));
+    await Promise.race([done[q.id]!.done, deadline('the quick endpoint was not delivered to while the slow one hung')]);
+    expect(released).toBe(false);
+    expect(quick.received).toHaveLength(3);
+    expect([inFlight, maxInFlight, slow.received.length]).toEqual([2, 2, 2]);
+    // The four beyond the cap wait in the queue as they were: not claimed, no attempt, not pushed later.
+    const rows = await target.query(
+      `select state, attempt, scheduled_at <= now() as due from "${bus.schema}".jobs where kind = 'webhook' and target = $1 order by id`, [s.id]);
+    expect(rows.map((r) => [r.state, r.attempt, r.due])).toEqual([
+      ['running', 1, true], ['running', 1, true],
+      ['available', 0, true], ['available', 0, true], ['available', 0, true], ['available', 0, true],
+    ]);
+
+    released = true;
+    for (const answer of holding.splice(0)) answer();
+    await Promise.race([done[s.id]!.done, deadline('the slow endpoint\'s deliveries did not all go out once it answered')]);
+    expect(slow.received).toHaveLength(6);
+    expect(maxInFlight).toBe(2);
+  });
+
+  test('webhooks.concurrencyPerEndpoint must be a positive integer, named in the error', async () => {
+    for (const bad of [0, 1.5, -1]) {
+      expect(() => createBus({ database: target.database(), events, webhooks: { concurrencyPerEndpoint: bad } }))
+        .toThrow(/invalid option createBus\.webhooks\.concurrencyPerEndpoint: /);
+    }
+  });
+
   test('rotateSecret refuses a grace period too long to store, by name', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver();
@@ -181,6 +238,22 @@ describeTargets('webhooks on $name', (target) => {
     expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(2);
     expect(new Webhook(ep.secret).verify(seen.body, seen.headers)).toBeTruthy();
     expect(new Webhook(rotated.secret).verify(seen.body, seen.headers)).toBeTruthy();
+  });
+
+  test('rotateSecret within the grace period keeps the 3 newest previous secrets: the oldest stop verifying', async () => {
+    // Before, every rotation within one grace period added one more secret that verified (and one
+    // more signature on every request), with no bound: five rotations, six signatures.
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const secrets = [ep.secret];
+    for (let i = 0; i < 5; i++) secrets.push((await bus.endpoints.rotateSecret(ep.id)).secret);
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    const seen = await r.nth(1);
+    expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(1 + MAX_PREVIOUS_SECRETS);
+    // The newest and the three before it verify; the first two (the original and the first rotation) no longer do.
+    for (const s of secrets.slice(2)) expect(new Webhook(s).verify(seen.body, seen.headers)).toBeTruthy();
+    for (const s of secrets.slice(0, 2)) expect(() => new Webhook(s).verify(seen.body, seen.headers)).toThrow();
   });
 
   test('a failure retries after attempt⁴ s ±10 % with the same webhook-id; the endpoint turns failing, then enabled on success', async () => {
@@ -351,6 +424,29 @@ describeTargets('webhooks on $name', (target) => {
     const back = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'Q3' }));
     await bus.relayOnce();
     expect(await bus.jobs.forEvent(back)).toHaveLength(1);
+  });
+
+  test('enable() on an endpoint already enabled changes nothing and emits no endpoint:state; a real change still does', async () => {
+    // Before, every enable() emitted endpoint:state 'enabled' and rewrote updatedAt, so a listener
+    // (an audit trail, a dashboard) saw a state change that never happened.
+    const bus = await testBus(target, events, { ...local, worker: { enabled: false } });
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.created'] });
+    const changes: { endpointId: string; state: string }[] = [];
+    bus.lifecycle.on('endpoint:state', (e) => void changes.push({ endpointId: e.endpointId, state: e.state }));
+    const same = await bus.endpoints.enable(ep.id);
+    expect(same).toMatchObject({ state: 'enabled', updatedAt: ep.updatedAt });
+    expect(changes).toEqual([]);
+
+    // Failing (as a failed attempt leaves it) to enabled is a change: it clears failing_since and says so.
+    await target.query(`update "${bus.schema}".endpoints set state = 'failing', failing_since = now() where id = $1`, [ep.id]);
+    expect(await bus.endpoints.enable(ep.id)).toMatchObject({ state: 'enabled', failingSince: null });
+    await bus.endpoints.disable(ep.id);
+    expect(await bus.endpoints.enable(ep.id)).toMatchObject({ state: 'enabled', disabledAt: null, disabledReason: null });
+    expect(await bus.endpoints.enable(ep.id)).toMatchObject({ state: 'enabled' });
+    expect(changes).toEqual([
+      { endpointId: ep.id, state: 'enabled' }, { endpointId: ep.id, state: 'disabled' }, { endpointId: ep.id, state: 'enabled' },
+    ]);
+    await expect(bus.endpoints.enable('00000000-0000-7000-8000-000000000000')).rejects.toBeInstanceOf(NotFoundError);
   });
 
   test('a job queued before its endpoint was disabled is discarded without a request', async () => {

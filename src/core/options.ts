@@ -82,6 +82,13 @@ export const DEFAULTS = {
     maxRetryAfterMs: 24 * 3600_000,
     /** Webhook deliveries running at once in this process (default: half worker.concurrency, at least 1). */
     concurrency: 0,
+    /**
+     * Webhook deliveries running at once to one endpoint in this process; the rest wait in the
+     * queue (not claimed, no attempt counted) for a later claim or another process. Half the
+     * default `concurrency`: an endpoint that answers slowly holds at most half the delivery slots,
+     * while one that is the only subscriber still gets requests in parallel.
+     */
+    concurrencyPerEndpoint: 4,
     /** While an endpoint is failing, its new deliveries are scheduled this far out. */
     failingDelayMs: 5 * 60_000,
     /** An endpoint failing continuously this long is disabled by the health pass. */
@@ -248,6 +255,7 @@ export const busOptionsSchema = z.object({
     maxResponseBytes: positiveInt.optional(),
     maxRetryAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
     concurrency: positiveInt.max(10_000).optional(),
+    concurrencyPerEndpoint: positiveInt.max(10_000).optional(),
     failingDelayMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
     disableAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
     healthIntervalMs: positiveInt.optional(),

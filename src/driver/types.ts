@@ -186,6 +186,13 @@ export interface ClaimTarget {
    * timeout plus a margin), so the rescuer never frees a job while this worker still runs it.
    */
   leaseMs: number;
+  /**
+   * Target '*' only: at most `limit` jobs of any one target held by the claiming worker at once
+   * (running, or claimed and waiting to start). `held` lists the targets it holds jobs of now and
+   * how many: the claim skips those at the limit and takes no more than the room left of each
+   * other. A job over the limit is left in the queue as it was, for a later claim or another process.
+   */
+  perTarget?: { limit: number; held: { target: string; count: number }[] };
 }
 
 export interface StatusCounts {

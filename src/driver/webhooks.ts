@@ -78,9 +78,9 @@ export interface WebhookExecutor {
   endpointUpdate(p: {
     id: string; url: string | null; description: string | null; eventTypes: string[] | null; now: Date | null;
   }): Promise<EndpointRow | null>;
-  /** The owner's act: 'enabled' clears failing and disabled fields; 'disabled' records `reason`. Null when missing, or when disabling one already disabled. */
+  /** The owner's act: 'enabled' clears failing and disabled fields; 'disabled' records `reason`. Null when missing, when disabling one already disabled, or when enabling one already enabled with nothing to clear. */
   endpointSetState(p: { id: string; state: 'enabled' | 'disabled'; reason: string | null; now: Date | null }): Promise<EndpointRow | null>;
-  /** Add `secret` as the newest; older active secrets expire `graceMs` from now; expired ones are dropped. */
+  /** Add `secret` as the newest; older active secrets expire `graceMs` from now; expired ones, and active ones beyond the newest few (the driver's cap), are dropped. */
   endpointRotateSecret(p: { id: string; secret: string; secretHint: string; graceMs: number; now: Date | null }): Promise<EndpointRow | null>;
   /** Delete an endpoint and cancel its waiting deliveries; null when there is no such endpoint. */
   endpointDelete(p: { id: string; now: Date | null }): Promise<{ cancelled: number } | null>;

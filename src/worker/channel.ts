@@ -17,9 +17,11 @@ export interface JobChannel {
   /**
    * What to claim this round with at most `free` slots. `running(target)` counts the jobs this
    * worker holds for one target (running, or buffered beyond its prefetch allowance), `running()`
-   * for all of them. Target '*' claims any target.
+   * for all of them. Target '*' claims any target. `holding()` counts, per target of this kind,
+   * the jobs the worker holds (running or buffered), with no prefetch allowance taken off; a
+   * target holding none is absent.
    */
-  claimTargets(free: number, running: (target?: string) => number): ClaimTarget[];
+  claimTargets(free: number, running: (target?: string) => number, holding: () => ReadonlyMap<string, number>): ClaimTarget[];
   /**
    * Targets whose jobs a relay round may give this worker inline (see InlineRound), `limit` each;
    * a channel without the method has none.

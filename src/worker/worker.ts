@@ -216,7 +216,7 @@ export class Worker {
         // against a target's limit (negative: that much allowance is left). canStart still caps
         // running jobs.
         const held = (target?: string) => this.held(kind, target) - allowance;
-        if (c) targets.push(...c.claimTargets(room, held));
+        if (c) targets.push(...c.claimTargets(room, held, () => this.heldByTarget(kind)));
       }
     }
     return { room, targets };
@@ -424,6 +424,20 @@ export class Worker {
     const key = target === undefined ? kind : `${kind}\0${target}`;
     const reserved = kind !== 'handler' ? 0 : target === undefined ? this.reservedTotal : this.reserved.get(target) ?? 0;
     return (this.runningCount_.get(key) ?? 0) + (this.bufferedCount.get(key) ?? 0) + reserved;
+  }
+
+  /** Jobs held (running or buffered) per target of one kind; the count maps drop zero entries, so this walks only live ones. */
+  private heldByTarget(kind: JobKind): Map<string, number> {
+    const prefix = `${kind}\0`;
+    const out = new Map<string, number>();
+    for (const map of [this.runningCount_, this.bufferedCount]) {
+      for (const [key, n] of map) {
+        if (!key.startsWith(prefix)) continue;
+        const target = key.slice(prefix.length);
+        out.set(target, (out.get(target) ?? 0) + n);
+      }
+    }
+    return out;
   }
 
   /** Start buffered jobs while slots are free; release those that waited too long to start safely. */

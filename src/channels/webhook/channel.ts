@@ -39,6 +39,8 @@ export interface WebhookOptions {
   maxRetryAfterMs?: number;
   /** Deliveries at once in this process, within worker.concurrency (default: half of it, at least 1, so handlers keep room). */
   concurrency?: number;
+  /** Deliveries at once to one endpoint in this process, within concurrency (default 4); the rest wait in the queue. */
+  concurrencyPerEndpoint?: number;
   /** Delay of new deliveries while an endpoint is failing (default 5 min). */
   failingDelayMs?: number;
   /** Continuous failure after which the health pass disables an endpoint (default 5 days). */
@@ -62,6 +64,7 @@ export interface WebhookSettings {
   maxRetryAfterMs: number;
   resolve?: Resolver;
   concurrency: number;
+  concurrencyPerEndpoint: number;
   maxAttempts: number;
   /** Lease of a webhook job: longer than the worker's cut-off, which is longer than the HTTP timeout. */
   leaseMs: number;
@@ -176,13 +179,22 @@ export class WebhookChannel implements JobChannel {
     private readonly deps: WebhookDeps,
   ) {}
 
-  claimTargets(free: number, running: (target?: string) => number): ClaimTarget[] {
+  // One claim takes deliveries in due order across endpoints; the per-endpoint cap keeps an
+  // endpoint that answers slowly (but answers) from taking every slot that claim offers: its
+  // deliveries beyond the cap stay in the queue, unclaimed and uncounted, while the other
+  // endpoints' go out. Held counts the claimed ones still waiting in the buffer too.
+  claimTargets(free: number, running: (target?: string) => number, holding: () => ReadonlyMap<string, number>): ClaimTarget[] {
     const room = Math.min(free, this.settings.concurrency - running());
-    return room > 0 ? [{ kind: 'webhook', target: '*', limit: room, leaseMs: this.settings.leaseMs }] : [];
+    if (room <= 0) return [];
+    const held = [...holding()].map(([target, count]) => ({ target, count }));
+    return [{
+      kind: 'webhook', target: '*', limit: room, leaseMs: this.settings.leaseMs,
+      perTarget: { limit: this.settings.concurrencyPerEndpoint, held },
+    }];
   }
 
-  canStart(_job: ClaimedJob, running: (target?: string) => number): boolean {
-    return running() < this.settings.concurrency;
+  canStart(job: ClaimedJob, running: (target?: string) => number): boolean {
+    return running() < this.settings.concurrency && running(job.target) < this.settings.concurrencyPerEndpoint;
   }
 
   timeoutMs(): number {

@@ -51,11 +51,11 @@ export interface EndpointsApi {
   list(filter?: { state?: EndpointState; limit?: number; after?: string }): Promise<Endpoint[]>;
   get(id: string): Promise<Endpoint | null>;
   update(id: string, changes: EndpointChanges): Promise<Endpoint>;
-  /** The owner's act after fixing the receiver: state enabled, failing and disabled fields cleared. */
+  /** The owner's act after fixing the receiver: state enabled, failing and disabled fields cleared. One already enabled is left as it is (no endpoint:state). */
   enable(id: string): Promise<Endpoint>;
   /** No new deliveries are enqueued; queued ones are discarded when they come up. One already disabled keeps its first time and reason. */
   disable(id: string, options?: { reason?: string }): Promise<Endpoint>;
-  /** A new secret signs from now on; the previous ones keep signing for `graceMs` (default webhooks.secretGraceMs). */
+  /** A new secret signs from now on; the previous ones (the newest 3 at most) keep signing for `graceMs` (default webhooks.secretGraceMs). */
   rotateSecret(id: string, options?: { secret?: string; graceMs?: number }): Promise<EndpointWithSecret>;
   /** Delete it with its secrets and cancel its waiting deliveries (how many: `cancelled`); null when there is no such endpoint. */
   delete(id: string): Promise<{ cancelled: number } | null>;
@@ -198,7 +198,10 @@ export function createWebhookApi(
 
     async enable(id) {
       checkId(id);
-      const row = found(await w.endpointSetState({ id, state: 'enabled', reason: null, now: now() }), id);
+      const row = await w.endpointSetState({ id, state: 'enabled', reason: null, now: now() });
+      // Already enabled with nothing to clear: nothing changed, so no endpoint:state (before, every
+      // enable emitted one, and a listener saw a state change that never happened).
+      if (!row) return found(await w.endpointGet({ id }), id);
       stateChanged(row, null);
       return row;
     },

@@ -155,9 +155,24 @@ export class PostgresExecutor implements Executor {
 
   async jobClaim(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]> {
     if (p.targets.length === 0 || p.limit <= 0) return [];
+    // Targets held per capped '*' target, flattened: only webhooks have one (keyed by endpoint id).
+    const full: string[] = [];
+    const heldTargets: string[] = [];
+    const heldCounts: number[] = [];
+    for (const t of p.targets) {
+      if (t.target !== '*' || !t.perTarget) continue;
+      for (const h of t.perTarget.held) {
+        if (h.count >= t.perTarget.limit) full.push(h.target);
+        else if (h.count > 0) {
+          heldTargets.push(h.target);
+          heldCounts.push(h.count);
+        }
+      }
+    }
     const { rows } = await this.pool.query<Row>(this.sql.jobClaim, [
       p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
       p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
+      p.targets.map((t) => (t.target === '*' && t.perTarget ? t.perTarget.limit : null)), full, heldTargets, heldCounts,
     ]);
     return rows.map((r) => ({
       id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,

@@ -4,6 +4,13 @@
 /** Deliveries an attempt moves out (a failure) or back (a recovery) at most: see attemptRecord. */
 export const ENDPOINT_MOVE_BATCH = 1000;
 
+/**
+ * Previous secrets an endpoint keeps after a rotation, newest first: each is one more signature on
+ * every request while it lasts, so rotating again and again within one grace period must not grow
+ * that list (and the set of secrets that verify) without end. The oldest beyond it stops at once.
+ */
+export const MAX_PREVIOUS_SECRETS = 3;
+
 // Every read of an endpoint selects exactly these columns: `secrets` is never among them.
 const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, disabled_at,
   disabled_reason, secret_hint, created_at, updated_at`;
@@ -45,7 +52,8 @@ returning ${ENDPOINT_COLUMNS}`,
 
     // Enabling is a fresh start: failing and disabled fields are cleared. Disabling an endpoint
     // that is already disabled changes nothing (no row comes back): the first time and reason,
-    // the health pass's or a person's, say why deliveries stopped.
+    // the health pass's or a person's, say why deliveries stopped. Nor does enabling one that is
+    // already enabled with nothing to clear: no state changed, so no endpoint:state either.
     endpointSetState: /* sql */ `
 update ${s}.endpoints
 set state = $2::text,
@@ -53,11 +61,15 @@ set state = $2::text,
     disabled_at = case when $2::text = 'enabled' then null else coalesce($4::timestamptz, now()) end,
     disabled_reason = case when $2::text = 'enabled' then null else $3::text end,
     updated_at = coalesce($4::timestamptz, now())
-where id = $1::uuid and not ($2::text = 'disabled' and state = 'disabled')
+where id = $1::uuid
+  and not ($2::text = 'disabled' and state = 'disabled')
+  and not ($2::text = 'enabled' and state = 'enabled' and failing_since is null and disabled_at is null)
 returning ${ENDPOINT_COLUMNS}`,
 
     // The new secret goes first; secrets still active stay valid until now + grace at the latest;
-    // expired ones are dropped, so the list stays as short as the rotations within one grace period.
+    // expired ones are dropped, and of the active ones only the newest MAX_PREVIOUS_SECRETS are
+    // kept (the list is newest first): before, each rotation within one grace period added one
+    // more secret that verified, and one more signature to every request, without a bound.
     endpointRotateSecret: /* sql */ `
 update ${s}.endpoints
 set secrets = jsonb_build_array(jsonb_build_object('secret', $2::text, 'created_at', coalesce($5::timestamptz, now()), 'expires_at', null))
@@ -68,8 +80,12 @@ set secrets = jsonb_build_array(jsonb_build_object('secret', $2::text, 'created_
                       then jsonb_set(x, '{expires_at}', to_jsonb(coalesce($5::timestamptz, now()) + $4::double precision * interval '1 millisecond'))
                       else x end
                  order by ord)
-        from jsonb_array_elements(secrets) with ordinality as t(x, ord)
-        where ${ACTIVE('coalesce($5::timestamptz, now())')}
+        from (
+          select x, ord from jsonb_array_elements(secrets) with ordinality as t(x, ord)
+          where ${ACTIVE('coalesce($5::timestamptz, now())')}
+          order by ord
+          limit ${MAX_PREVIOUS_SECRETS}
+        ) kept
       ), '[]'::jsonb),
     secret_hint = $3,
     updated_at = coalesce($5::timestamptz, now())

@@ -318,9 +318,16 @@ where (${s}.handlers.patterns, ${s}.handlers.coalesce_subject, ${s}.handlers.max
 
     // Each target carries the claiming worker's own lease ($7): it knows how long it lets a run
     // take, the jobs row (written by whichever process fanned the job out) does not.
+    //
+    // A '*' target may cap how many jobs of one target the worker holds ($8, per target; null: no
+    // cap; ClaimTarget.perTarget): targets already at their cap ($9) are skipped in the index scan,
+    // and of the rows locked the others keep only their room left (the cap less what the worker
+    // holds of them, $10/$11) in due order. A row beyond that stays as it was: locked by this
+    // statement only, not claimed, no attempt counted. Before, one slow endpoint's due backlog
+    // took every webhook slot a claim offered, and the other endpoints' deliveries waited behind it.
     jobClaim: /* sql */ `
 with targets as (
-  select * from unnest($1::text[], $2::text[], $3::int[], $7::int[]) as t(kind, target, lim, lease_ms)
+  select * from unnest($1::text[], $2::text[], $3::int[], $7::int[], $8::int[]) as t(kind, target, lim, lease_ms, per_target)
 ), picked as (
   select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target <> '*') t
@@ -339,13 +346,22 @@ with targets as (
   select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target = '*') t
   cross join lateral (
-    select id, priority, scheduled_at from ${s}.jobs
-    where state in ('available', 'retryable') and kind in ('webhook', 'forward')
-      and kind = t.kind
-      and scheduled_at <= coalesce($5::timestamptz, now())
-    order by priority, scheduled_at, id
-    limit t.lim
-    for update skip locked
+    select c.id, c.priority, c.scheduled_at
+    from (
+      select c.*, row_number() over (partition by c.target order by c.priority, c.scheduled_at, c.id) as nth
+      from (
+        select id, priority, scheduled_at, target from ${s}.jobs
+        where state in ('available', 'retryable') and kind in ('webhook', 'forward')
+          and kind = t.kind
+          and scheduled_at <= coalesce($5::timestamptz, now())
+          and (t.per_target is null or target <> all($9::text[]))
+        order by priority, scheduled_at, id
+        limit t.lim
+        for update skip locked
+      ) c
+    ) c
+    left join unnest($10::text[], $11::int[]) as h(target, n) on h.target = c.target
+    where t.per_target is null or c.nth <= t.per_target - coalesce(h.n, 0)
   ) j
   order by priority, scheduled_at, id
   limit $4
