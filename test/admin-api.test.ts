@@ -649,6 +649,41 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() })).status).toBe(404);
   });
 
+  // An unknown id answered 200 { attempts: [] }, the answer of a real endpoint never called: a
+  // mistyped id looked like a quiet endpoint. The log outlives its endpoint, so a deleted one with
+  // attempts still lists them.
+  test('the attempt log of an id with neither an endpoint nor an attempt is a 404; a deleted endpoint keeps its log', async () => {
+    const { bus, s } = await setup(target, { handlers: false });
+    const receiver = await serve((_req, res) => {
+      res.statusCode = 204;
+      res.end();
+    });
+    const unknown = '00000000-0000-7000-8000-000000000000';
+    const none = await call(s.url, 'GET', `/api/endpoints/${unknown}/attempts`, { headers: bearer() });
+    expect(none).toMatchObject({ status: 404, json: { error: { code: 'ERR_NOT_FOUND', message: `endpoint ${unknown} not found` } } });
+    expect((await call(s.url, 'GET', `/api/endpoints/${unknown}/attempts?cursor=1`, { headers: bearer() })).status).toBe(404);
+
+    // A live endpoint never called: an empty log, not a 404.
+    const quiet = await bus.endpoints.create({ url: `${receiver.url}/quiet`, eventTypes: ['order.*'] });
+    expect(await call(s.url, 'GET', `/api/endpoints/${quiet.id}/attempts`, { headers: bearer() })).toMatchObject({ status: 200, json: { attempts: [], nextCursor: null } });
+
+    const ep = await bus.endpoints.create({ url: `${receiver.url}/hook`, eventTypes: ['order.*'] });
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    await bus.endpoints.delete(ep.id);
+    expect((await call(s.url, 'GET', `/api/endpoints/${ep.id}`, { headers: bearer() })).status).toBe(404);
+    const first = await call(s.url, 'GET', `/api/endpoints/${ep.id}/attempts?limit=1`, { headers: bearer() });
+    expect(first.status).toBe(200);
+    expect(first.json.attempts).toHaveLength(1);
+    expect(first.json.attempts[0]).toMatchObject({ endpointId: ep.id, outcome: 'success' });
+    const second = await call(s.url, 'GET', `/api/endpoints/${ep.id}/attempts?limit=1&cursor=${first.json.nextCursor}`, { headers: bearer() });
+    expect(second.status).toBe(200);
+    expect(second.json.attempts).toHaveLength(1);
+    // Past the last attempt of a deleted endpoint: an empty page of a log that exists.
+    const past = await call(s.url, 'GET', `/api/endpoints/${ep.id}/attempts?cursor=${second.json.attempts[0].id}`, { headers: bearer() });
+    expect(past).toMatchObject({ status: 200, json: { attempts: [], nextCursor: null } });
+  });
+
   // The body was not read: { graceMs: 0 }, sent to retire a leaked secret at once, was dropped and
   // the old secret went on verifying for the default 24 h.
   test('rotate takes { graceMs }: 0 ends the old secret now; a bad or unknown field is a 400', async () => {
