@@ -342,6 +342,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     onChange: (leading) => {
       for (const m of maintenance) leading ? m.start() : void m.stop();
     },
+    // Sent at stop, past the notifier (which no longer sends once stopping): the lease is free now.
+    released: async () => {
+      if (driver.capabilities.listenNotify) await driver.notify(channel, LEASE_RELEASED);
+    },
   });
 
   /** `at` names the call in errors: 'record', or 'recordMany(items)[3]'. */
@@ -410,6 +414,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     state = 'started';
     if (driver.capabilities.listenNotify) {
       unlisten = await driver.listen(channel, (payload) => {
+        if (payload === LEASE_RELEASED) return leader.wake();
         if (payload !== 'j' && relayOptions.enabled !== false) relay.wake();
         if (payload !== 'e' && workerOptions.enabled !== false) worker.wake();
       });
@@ -739,6 +744,12 @@ function describe(value: unknown): string {
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return `${typeof value} ${String(value)}`;
   return value === null ? 'null' : typeof value === 'object' ? (Array.isArray(value) ? 'an array' : 'an object') : typeof value;
 }
+
+/**
+ * The wake-up a stopping leader sends once it has given its lease back ('e': new events, 'j': new
+ * jobs). A rea older than this takes it for both of those: a spare relay round and worker poll.
+ */
+const LEASE_RELEASED = 'l';
 
 /** How long past a stop's deadline the worker may take to write the outcomes of the jobs it aborted. */
 const STOP_WRITE_GRACE_MS = 1000;

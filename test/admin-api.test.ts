@@ -223,6 +223,69 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'POST', '/login', { form: { token: TOKEN }, headers: { origin: 'https://evil.example' } })).status).toBe(403);
   });
 
+  // Logout only cleared the cookie in the browser that clicked it: the session is a signed value
+  // valid for 12 h, so a copy of the cookie (stolen, or left in another browser) went on working
+  // until then, on every process serving the panel.
+  test('logout ends the session: a copy of its cookie is refused afterwards, by every process on the database; other sessions and new logins work', async () => {
+    const { bus, s } = await setup(target);
+    // Another process serving the panel on the same database, with the same credentials.
+    const otherBus = createBus({ database: target.database(), schema: bus.schema, events });
+    onTestFinished(() => otherBus.stop());
+    const other = await serve(createAdminHandler(otherBus, { auth: { token: TOKEN } }));
+    const cookie = await login(s.url);
+    const kept = await login(s.url);
+    for (const url of [s.url, other.url]) expect((await call(url, 'GET', '/jobs', { headers: { cookie } })).status).toBe(200);
+    const csrf = csrfFrom((await call(s.url, 'GET', '/', { headers: { cookie } })).text);
+
+    const out = await call(s.url, 'POST', '/logout', { form: { _csrf: csrf }, headers: { cookie, origin: s.url } });
+    expect(out.status).toBe(303);
+    expect(out.headers.location).toBe('/login');
+    expect(String(out.headers['set-cookie'])).toMatch(/^rea_admin_session=; .*Max-Age=0/);
+
+    for (const url of [s.url, other.url]) {
+      const page = await call(url, 'GET', '/jobs', { headers: { cookie } });
+      expect(page.status, url).toBe(303);
+      expect(page.headers.location).toBe('/login?next=%2Fjobs');
+      expect((await call(url, 'GET', '/api/overview', { headers: { cookie } })).status, url).toBe(401);
+      expect((await call(url, 'POST', '/api/events/requeue', { form: { poisoned: 'true', _csrf: csrf }, headers: { cookie, origin: url } })).status, url).toBe(401);
+      // The login page still answers to it, as to no session.
+      expect((await call(url, 'GET', '/login', { headers: { cookie } })).status).toBe(200);
+    }
+    // Only that session: another one goes on, and logging in again works.
+    expect((await call(other.url, 'GET', '/jobs', { headers: { cookie: kept } })).status).toBe(200);
+    const again = await login(s.url);
+    expect(again).not.toBe(cookie);
+    expect((await call(other.url, 'GET', '/', { headers: { cookie: again } })).status).toBe(200);
+
+    // What the database keeps: a hash of the session until it would have expired, never the cookie.
+    const value = decodeURIComponent(cookie.slice(cookie.indexOf('=') + 1));
+    const rows = await target.query<{ id: string; expires_at: Date }>(`select id, expires_at from "${bus.schema}".admin_sessions_ended`);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.id).not.toContain(value.split('.')[1]);
+    expect(rows[0]!.expires_at.getTime()).toBe(Number(value.split('.')[0]));
+    // Each logout forgets the sessions that have expired since: the table holds at most 12 h of logouts.
+    await target.query(`insert into "${bus.schema}".admin_sessions_ended (id, expires_at) values ('expired-session', now() - interval '1 second')`);
+    const keptCsrf = csrfFrom((await call(s.url, 'GET', '/', { headers: { cookie: kept } })).text);
+    expect((await call(other.url, 'POST', '/logout', { form: { _csrf: keptCsrf }, headers: { cookie: kept, origin: other.url } })).status).toBe(303);
+    expect((await call(s.url, 'GET', '/jobs', { headers: { cookie: kept } })).status).toBe(303);
+    const left = await target.query<{ id: string }>(`select id from "${bus.schema}".admin_sessions_ended order by id`);
+    expect(left.map((r) => r.id)).not.toContain('expired-session');
+    expect(left).toHaveLength(2);
+
+    // A logout the database cannot record says so, and leaves the cookie to try again.
+    const third = await login(s.url);
+    const thirdCsrf = csrfFrom((await call(s.url, 'GET', '/', { headers: { cookie: third } })).text);
+    const spy = vi.spyOn(console, 'error').mockImplementation(() => {});
+    onTestFinished(() => spy.mockRestore());
+    await target.query(`alter table "${bus.schema}".admin_sessions_ended rename to sessions_away`);
+    const failed = await call(s.url, 'POST', '/logout', { form: { _csrf: thirdCsrf }, headers: { cookie: third, origin: s.url } });
+    await target.query(`alter table "${bus.schema}".sessions_away rename to admin_sessions_ended`);
+    expect(failed.status).toBe(503);
+    expect(failed.headers['set-cookie']).toBeUndefined();
+    expect((await call(s.url, 'POST', '/logout', { form: { _csrf: thirdCsrf }, headers: { cookie: third, origin: s.url } })).status).toBe(303);
+    expect((await call(other.url, 'GET', '/jobs', { headers: { cookie: third } })).status).toBe(303);
+  });
+
   // A raw non-ASCII character is no valid Location header: Node threw ERR_INVALID_CHAR, and the
   // login (or the form) answered 500. Dot segments are read by the browser: '/.//evil.example'
   // is '//evil.example', another host, once a notice is added to it.
@@ -647,6 +710,41 @@ describeTargets('admin API on $name', (target) => {
     expect((await call(s.url, 'GET', `/api/endpoints/${id}`, { headers: bearer() })).status).toBe(404);
     expect(await target.query(`select id from "${bus.schema}".endpoints`)).toEqual([]);
     expect((await call(s.url, 'POST', `/api/endpoints/${id}/delete`, { headers: bearer() })).status).toBe(404);
+  });
+
+  // An unknown id answered 200 { attempts: [] }, the answer of a real endpoint never called: a
+  // mistyped id looked like a quiet endpoint. The log outlives its endpoint, so a deleted one with
+  // attempts still lists them.
+  test('the attempt log of an id with neither an endpoint nor an attempt is a 404; a deleted endpoint keeps its log', async () => {
+    const { bus, s } = await setup(target, { handlers: false });
+    const receiver = await serve((_req, res) => {
+      res.statusCode = 204;
+      res.end();
+    });
+    const unknown = '00000000-0000-7000-8000-000000000000';
+    const none = await call(s.url, 'GET', `/api/endpoints/${unknown}/attempts`, { headers: bearer() });
+    expect(none).toMatchObject({ status: 404, json: { error: { code: 'ERR_NOT_FOUND', message: `endpoint ${unknown} not found` } } });
+    expect((await call(s.url, 'GET', `/api/endpoints/${unknown}/attempts?cursor=1`, { headers: bearer() })).status).toBe(404);
+
+    // A live endpoint never called: an empty log, not a 404.
+    const quiet = await bus.endpoints.create({ url: `${receiver.url}/quiet`, eventTypes: ['order.*'] });
+    expect(await call(s.url, 'GET', `/api/endpoints/${quiet.id}/attempts`, { headers: bearer() })).toMatchObject({ status: 200, json: { attempts: [], nextCursor: null } });
+
+    const ep = await bus.endpoints.create({ url: `${receiver.url}/hook`, eventTypes: ['order.*'] });
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    await bus.endpoints.delete(ep.id);
+    expect((await call(s.url, 'GET', `/api/endpoints/${ep.id}`, { headers: bearer() })).status).toBe(404);
+    const first = await call(s.url, 'GET', `/api/endpoints/${ep.id}/attempts?limit=1`, { headers: bearer() });
+    expect(first.status).toBe(200);
+    expect(first.json.attempts).toHaveLength(1);
+    expect(first.json.attempts[0]).toMatchObject({ endpointId: ep.id, outcome: 'success' });
+    const second = await call(s.url, 'GET', `/api/endpoints/${ep.id}/attempts?limit=1&cursor=${first.json.nextCursor}`, { headers: bearer() });
+    expect(second.status).toBe(200);
+    expect(second.json.attempts).toHaveLength(1);
+    // Past the last attempt of a deleted endpoint: an empty page of a log that exists.
+    const past = await call(s.url, 'GET', `/api/endpoints/${ep.id}/attempts?cursor=${second.json.attempts[0].id}`, { headers: bearer() });
+    expect(past).toMatchObject({ status: 200, json: { attempts: [], nextCursor: null } });
   });
 
   // The body was not read: { graceMs: 0 }, sent to retire a leaked secret at once, was dropped and

@@ -1,7 +1,8 @@
 // Leader election (a lease row with a TTL), per-handler concurrency, and log context.
 import { expect, it } from 'vitest';
 import { z } from 'zod';
-import { createBus, defineEvents, type Logger } from '../src/index.js';
+import { createAdminHandler, createBus, defineEvents, type Logger } from '../src/index.js';
+import { call, serve, TOKEN } from './helpers/admin.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 import { captureLogger } from './helpers/log.js';
 import { counter } from './helpers/signals.js';
@@ -50,13 +51,66 @@ describeTargets('leader and workers on $name', (target) => {
     await expect.poll(() => stopped !== undefined).toBe(true);
     await stopped;
     expect(a.isLeader).toBe(false);
-    expect(await target.query(`select leader_id from "${schema}".leader`)).toEqual([]);
+    // Given back: the lease has ended (any process may take it), the row says who held it last.
+    expect(await target.query(`select leader_id, expires_at <= now() as ended from "${schema}".leader`)).toEqual([{ leader_id: expect.stringMatching(/^a#/), ended: true }]);
     // Without the lease given back, b would wait out a's 60 s TTL.
     const b = await testBus(target, events, { schema, instanceId: 'b', leader: { ttlMs: 60_000, renewMs: 100 } });
     const bElected = b.lifecycle.waitFor('leader:elected', () => true, 2000);
     await b.start();
     await bElected;
     expect(b.isLeader).toBe(true);
+  });
+
+  // A stopping leader deleted its lease: the other processes' /healthz answered 503 ("no leader")
+  // until one of them won the lease at its next attempt, up to renewMs later, so a load balancer
+  // or an orchestrator saw the whole fleet unhealthy at every clean restart of the leader.
+  test('a leader that stops cleanly hands over at once: /healthz of the other process stays 200 throughout', async () => {
+    const schema = freshSchema();
+    // The follower's next attempt of its own is 30 s away: only the hand-over makes it lead in time.
+    const leader = { ttlMs: 90_000, renewMs: 30_000 };
+    const a = await testBus(target, events, { schema, instanceId: 'a', leader });
+    const b = createBus({ database: target.database(), schema, events, instanceId: 'b', leader });
+    const aElected = a.lifecycle.waitFor('leader:elected');
+    await a.start();
+    await aElected;
+    let bAttempts = 0;
+    const elect = b.driver.executor.leaderAttemptElect.bind(b.driver.executor);
+    b.driver.executor.leaderAttemptElect = async (p) => {
+      const won = await elect(p);
+      bAttempts++;
+      return won;
+    };
+    await b.start();
+    await expect.poll(() => bAttempts).toBe(1); // its first attempt lost to a
+    expect(b.isLeader).toBe(false);
+    const admin = createAdminHandler(b, { auth: { token: TOKEN } });
+    const s = await serve(admin);
+    expect((await call(s.url, 'GET', '/healthz')).json).toMatchObject({ status: 'ok', leader: 'seen', leaderExpiredAgoMs: null });
+
+    // Ask b's /healthz back to back from before a stops until b leads.
+    const seen: { status: number; body: unknown }[] = [];
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        const r = await call(s.url, 'GET', '/healthz');
+        seen.push({ status: r.status, body: r.json });
+      }
+    })();
+    try {
+      await expect.poll(() => seen.length).toBeGreaterThan(0);
+      const bElected = b.lifecycle.waitFor('leader:elected', () => true, 5000);
+      await a.stop();
+      await bElected;
+      const afterTakeover = seen.length;
+      await expect.poll(() => seen.length).toBeGreaterThan(afterTakeover);
+    } finally {
+      polling = false;
+      await poller;
+      admin.close();
+      await b.stop();
+    }
+    expect(seen.filter((r) => r.status !== 200)).toEqual([]);
+    expect(seen.at(-1)!.body).toMatchObject({ status: 'ok', leader: 'seen', leaderExpiredAgoMs: null });
   });
 
   test('a handler with concurrency 1 never runs two jobs at once', async () => {

@@ -1,7 +1,7 @@
 // Who may use the admin handler: credentials (bearer token or basic auth), browser sessions
 // derived from them, CSRF tokens, the same-origin check for state-changing requests, and the
 // loopback-only rule of `auth: 'none'`. Every secret comparison is constant-time.
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { BlockList, isIP } from 'node:net';
 import { OptionsError } from '../core/errors.js';
@@ -122,6 +122,17 @@ export class Authenticator {
     if (!safeEqual(sig, this.sign(`session:${expires}.${nonce}`), this.compareKey)) return null;
     if (!(Number(expires) > this.now())) return null;
     return { via: 'session', session: value };
+  }
+
+  /**
+   * What a logout records of a session so every process refuses it afterwards: a hash of the
+   * cookie (the cookie itself is a credential and is stored nowhere), and when it would expire
+   * anyway. Null for a principal without a session.
+   */
+  sessionRecord(principal: Principal): { id: string; expiresAt: Date } | null {
+    if (!principal.session) return null;
+    const expires = Number(principal.session.split('.')[0]);
+    return { id: createHash('sha256').update(principal.session).digest('base64url'), expiresAt: new Date(expires) };
   }
 
   /** The CSRF token for a session (per-session HMAC), or for the loopback-only mode. */

@@ -82,6 +82,7 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
     const { route, params } = match;
     const wantsForm = method === 'POST' && String(req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded');
 
+    const isPublic = route.access === 'public' || (route.path === '/healthz' && publicHealth);
     let principal: Principal | null = null;
     let stateChangeChecked = false;
     try {
@@ -100,9 +101,8 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
       } else {
         const fromHeader = auth.checkHeader(req);
         if (fromHeader === false) throw unauthorized('wrong credentials');
-        principal = fromHeader ?? auth.checkSession(parseCookies(req.headers.cookie)[SESSION_COOKIE]);
+        principal = fromHeader ?? await liveSession(auth.checkSession(parseCookies(req.headers.cookie)[SESSION_COOKIE]), isPublic);
       }
-      const isPublic = route.access === 'public' || (route.path === '/healthz' && publicHealth);
       if (!principal && !isPublic) {
         if (route.kind === 'page') {
           const next = path + url.search;
@@ -150,6 +150,23 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
         if (back) return redirect(res, withNotice(back, `Refused: ${body.error.message}`, (t) => auth.noticeSignature(who, t)));
       }
       return sendJson(res, status, body);
+    }
+  }
+
+  /**
+   * A signed, unexpired session, unless it was logged out, in this process or any other serving
+   * the panel on this database (one primary-key lookup). Where no credentials are needed (login,
+   * a public /healthz), a lookup that fails reads as no session; elsewhere it fails the request
+   * (a 503 when the database is down), as the request's own queries would.
+   */
+  async function liveSession(session: Principal | null, isPublic: boolean): Promise<Principal | null> {
+    const record = session && auth.sessionRecord(session);
+    if (!record) return session;
+    try {
+      return (await bus.driver.admin.adminSessionEnded({ id: record.id })) ? null : session;
+    } catch (err) {
+      if (isPublic) return null;
+      throw err;
     }
   }
 

@@ -102,4 +102,11 @@ export interface AdminExecutor {
   leaderGet(): Promise<LeaderLease | null>;
   /** One trivial round trip: the database answers. */
   ping(): Promise<void>;
+  /**
+   * An admin panel session was logged out: refuse it until `expiresAt` (when it would have ended
+   * anyway). `id` is a hash of the session, never the cookie. Also forgets sessions already expired.
+   */
+  adminSessionEnd(params: { id: string; expiresAt: Date }): Promise<void>;
+  /** Whether the session `id` was logged out (one primary-key lookup). */
+  adminSessionEnded(params: { id: string }): Promise<boolean>;
 }

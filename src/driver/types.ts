@@ -290,7 +290,11 @@ export interface Executor {
 
   /** Take or renew the leader lease; true when `leaderId` holds it afterwards. */
   leaderAttemptElect(params: { leaderId: string; ttlMs: number; now: Date | null }): Promise<boolean>;
-  leaderResign(params: { leaderId: string }): Promise<void>;
+  /**
+   * Give the lease back, if `leaderId` holds it: it ends now, so any process may take it at its
+   * next attempt, and the row stays (a lease that ended moments ago still shows a leader was there).
+   */
+  leaderResign(params: { leaderId: string; now: Date | null }): Promise<void>;
 
 }
 

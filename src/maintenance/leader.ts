@@ -14,6 +14,8 @@ export class Leader {
   private held = false;
   private started = false;
   private tick: Promise<void> | undefined;
+  /** wake() came while an attempt ran: try again as soon as it ends. */
+  private again = false;
   /**
    * Until when (performance.now()) the lease won last is surely ours: the TTL counted from when
    * that election was sent, since the database set its expiry no earlier. A renewal that waits
@@ -26,7 +28,11 @@ export class Leader {
   constructor(
     private readonly driver: Driver,
     private readonly options: { leaderId: string; ttlMs: number; renewMs: number },
-    private readonly deps: { clock: Clock; lifecycle: Lifecycle; log: Logger; onChange: (leading: boolean) => void },
+    private readonly deps: {
+      clock: Clock; lifecycle: Lifecycle; log: Logger; onChange: (leading: boolean) => void;
+      /** Tell the other processes the lease was given back (a NOTIFY), so one takes it now, not at its next renewal. */
+      released?: () => Promise<void>;
+    },
   ) {}
 
   get isLeader(): boolean {
@@ -46,17 +52,28 @@ export class Leader {
     await this.tick;
     clearTimeout(this.expiry);
     this.set(false);
-    if (this.held) {
-      this.held = false;
-      await this.driver.executor.leaderResign({ leaderId: this.options.leaderId }).catch(() => {});
-    }
+    if (this.held) await this.resign();
+  }
+
+  /**
+   * Another process gave the lease back: try for it now rather than at the next renewal, so
+   * maintenance (and /healthz's "a leader was seen") goes on without a gap.
+   */
+  wake(): void {
+    if (!this.started || this.leading) return;
+    // An attempt on its way may have read the lease before it was given back: one more after it.
+    if (this.tick) return void (this.again = true);
+    clearTimeout(this.timer);
+    this.schedule(0);
   }
 
   private schedule(ms: number): void {
     this.timer = setTimeout(() => {
       this.tick = this.attempt().finally(() => {
         this.tick = undefined;
-        if (this.started) this.schedule(this.options.renewMs);
+        const again = this.again && !this.leading;
+        this.again = false;
+        if (this.started) this.schedule(again ? 0 : this.options.renewMs);
       });
     }, ms);
     this.timer.unref?.();
@@ -73,14 +90,22 @@ export class Leader {
       }
       // Stopped while this election ran and it won the lease: give it back now (stop() waits for
       // this tick), or every other process would wait out the TTL for a leader.
-      else if (won) {
-        this.held = false;
-        await this.driver.executor.leaderResign({ leaderId: this.options.leaderId }).catch(() => {});
-      }
+      else if (won) await this.resign();
     } catch (err) {
       this.deps.log.warn({ err: errorMessage(err) }, 'leader election failed');
       this.set(false); // cannot prove we still hold the lease
     }
+  }
+
+  /** End the lease now (see leaderResign) and say so; a failure leaves it to run out its TTL. */
+  private async resign(): Promise<void> {
+    this.held = false;
+    try {
+      await this.driver.executor.leaderResign({ leaderId: this.options.leaderId, now: this.deps.clock.now() });
+    } catch {
+      return;
+    }
+    await this.deps.released?.().catch(() => {});
   }
 
   /** Leading ends at `until` unless a renewal sent before then wins first. */

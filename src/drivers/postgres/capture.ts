@@ -53,7 +53,7 @@ const PAIRS_PER_CALL = 50;
 // On rea's events table the trigger's own insert fires it again, until the stack runs out: every
 // record() fails. On its other tables each relay or worker write would record an event. (Only
 // these: application tables may share rea's schema, `public` say.)
-const REA_TABLES = ['events', 'jobs', 'consumes', 'handlers', 'leader', 'migrations', 'endpoints', 'webhook_attempts', 'events_archive'];
+const REA_TABLES = ['events', 'jobs', 'consumes', 'handlers', 'leader', 'migrations', 'endpoints', 'webhook_attempts', 'events_archive', 'admin_sessions_ended'];
 const OWN_TABLE = "is one of rea's own tables: capture triggers are for application tables";
 
 export function captureTriggerSql(options: CaptureTriggerOptions): CaptureTriggerSql {

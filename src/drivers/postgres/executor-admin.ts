@@ -69,6 +69,15 @@ export class PostgresAdminExecutor implements AdminExecutor {
   async ping(): Promise<void> {
     await this.pool.query(this.sql.ping);
   }
+
+  async adminSessionEnd(p: { id: string; expiresAt: Date }): Promise<void> {
+    await this.pool.query(this.sql.adminSessionEnd, [p.id, p.expiresAt]);
+  }
+
+  async adminSessionEnded(p: { id: string }): Promise<boolean> {
+    const { rows } = await this.pool.query(this.sql.adminSessionEnded, [p.id]);
+    return rows.length > 0;
+  }
 }
 
 function eventState(r: Row): EventState {

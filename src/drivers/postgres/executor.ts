@@ -234,8 +234,8 @@ export class PostgresExecutor implements Executor {
     return rows[0]?.leader_id === p.leaderId;
   }
 
-  async leaderResign(p: { leaderId: string }): Promise<void> {
-    await this.pool.query(this.sql.leaderResign, [p.leaderId]);
+  async leaderResign(p: { leaderId: string; now: Date | null }): Promise<void> {
+    await this.pool.query(this.sql.leaderResign, [p.leaderId, p.now]);
   }
 
 }

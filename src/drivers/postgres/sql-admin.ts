@@ -103,6 +103,17 @@ select leader_id, elected_at, expires_at, now() as read_at
 from ${s}.leader where name = 'default'`,
 
     ping: /* sql */ `select 1 as ok`,
+
+    // A logout: its session is refused from now on; sessions that expired on their own go.
+    adminSessionEnd: /* sql */ `
+with expired as (
+  delete from ${s}.admin_sessions_ended where expires_at < now()
+)
+insert into ${s}.admin_sessions_ended (id, expires_at) values ($1, $2)
+on conflict (id) do nothing`,
+
+    adminSessionEnded: /* sql */ `
+select 1 from ${s}.admin_sessions_ended where id = $1`,
   };
 }
 

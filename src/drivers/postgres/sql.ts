@@ -472,8 +472,11 @@ on conflict (name) do update set
 where l.leader_id = excluded.leader_id or l.expires_at < excluded.elected_at
 returning leader_id`,
 
+    // Ended, not deleted: a follower may take it at once (its election sees an expired lease),
+    // while /healthz, reading a lease that ended a moment ago, still sees a leader.
     leaderResign: /* sql */ `
-delete from ${s}.leader where name = 'default' and leader_id = $1`,
+update ${s}.leader set expires_at = least(expires_at, coalesce($2::timestamptz, now()))
+where name = 'default' and leader_id = $1`,
 
 
     notify: /* sql */ `select pg_notify($1, $2)`,

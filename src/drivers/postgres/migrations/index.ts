@@ -235,4 +235,19 @@ alter table {schema}.events add column delivered_inline text[];
 alter table {schema}.events_archive add column delivered_inline text[];
 `,
   },
+  {
+    version: 8,
+    name: 'admin_sessions_ended',
+    // The admin panel's sessions are signed cookies, valid for 12 h wherever the credentials are
+    // the same; a logout lists its session here so every process serving the panel refuses the
+    // cookie from then on. The id is a hash of the cookie, never the cookie. A row is worth
+    // nothing once its session has expired, and each logout deletes the expired ones: the table
+    // holds at most the sessions logged out in the last 12 h.
+    sql: /* sql */ `
+create table {schema}.admin_sessions_ended (
+  id         text primary key,
+  expires_at timestamptz not null
+);
+`,
+  },
 ];
