@@ -18,7 +18,7 @@ import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
-import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, poolSizeSchema, validateWith, type HandlerOptions } from './core/options.js';
+import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
 import { currentTraceId, newTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
@@ -766,16 +766,15 @@ function checkJobIds(ids: unknown, field: string): string[] {
 }
 
 function makeDriver(database: DatabaseOptions, schema: string, poolSize: number, log: Logger): Driver {
-  if (!database || typeof database !== 'object') throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
-  if ('driver' in database) return database.driver;
-  if ('postgres' in database) {
-    // Checked as createBus's own poolSize is: a pool of -1 answered no query, ever.
-    if (database.poolSize !== undefined) validateWith(poolSizeSchema, database.poolSize, 'database.poolSize');
+  // Refuses a key the kind does not take, and a poolSize pg would misread (a pool of -1 answered no query, ever).
+  const kind = checkDatabaseOptions(database);
+  if (kind === 'driver' && 'driver' in database) return database.driver;
+  if (kind === 'postgres' && 'postgres' in database) {
     return new PostgresDriver({
       connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize,
       onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),
     });
   }
-  if ('pglite' in database) return new PGliteDriver({ database: database.pglite, schema });
+  if (kind === 'pglite' && 'pglite' in database) return new PGliteDriver({ database: database.pglite, schema });
   throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
 }

@@ -496,6 +496,22 @@ describe('registration', () => {
         .toThrow(/^invalid option database.poolSize: /);
     }
     expect(() => createBus({ database: { postgres: 'postgres://postgres@127.0.0.1:5432/shop', poolSize: 3 }, events })).not.toThrow();
+    // Unknown keys inside database were dropped without a word while every other group refused
+    // them: poolsize: 5 left the pool at 10, and postgress: url said only which shapes exist.
+    const shop = 'postgres://postgres@127.0.0.1:5432/shop';
+    const databases: Array<[Record<string, unknown>, OptionsError]> = [
+      [{ postgres: shop, poolsize: 5 }, new OptionsError('database', 'unknown option(s) poolsize')],
+      [{ postgress: shop }, new OptionsError('database', 'unknown option(s) postgress; pass { postgres: url, poolSize? }, { pglite: dir } or { driver }')],
+      [{ pglite: 'memory://', poolSize: 2 }, new OptionsError('database', 'unknown option(s) poolSize')],
+      [{ postgres: shop, pglite: 'memory://' }, new OptionsError('database', 'pass one of postgres, pglite, not both')],
+      [{}, new OptionsError('database', 'pass { postgres: url, poolSize? }, { pglite: dir } or { driver }')],
+    ];
+    for (const [database, error] of databases) {
+      let caught: unknown;
+      try { createBus({ database, events } as unknown as Parameters<typeof createBus>[0]); } catch (err) { caught = err; }
+      expect(caught, JSON.stringify(database)).toBeInstanceOf(OptionsError);
+      expect(caught).toMatchObject({ field: 'database', message: error.message });
+    }
     // A margin of 0 passed, and every claimed job went straight back to the queue: none ever ran.
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 0 } })).toThrow(/invalid option createBus.worker.leaseMarginMs: .*100/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 100 } })).not.toThrow();

@@ -193,6 +193,32 @@ const pollBounds = (defaults: { minPollMs: number; maxPollMs: number }) => (o: {
  */
 export const poolSizeSchema = positiveInt;
 
+/**
+ * `database` takes exactly one kind, each with its own keys. Strict as every other group is: a
+ * misspelt key ({ postgres: url, poolsize: 5 }) was dropped without a word and its default used,
+ * and { postgress: url } said only which shapes exist, not which key was wrong.
+ */
+const databaseKinds = {
+  postgres: z.object({ postgres: z.unknown(), poolSize: poolSizeSchema.optional() }).strict(),
+  pglite: z.object({ pglite: z.unknown() }).strict(),
+  driver: z.object({ driver: z.unknown() }).strict(),
+};
+export type DatabaseKind = keyof typeof databaseKinds;
+const DATABASE_SHAPES = 'pass { postgres: url, poolSize? }, { pglite: dir } or { driver }';
+
+/** The kind of a createBus `database` option, or an OptionsError naming the key that is wrong. */
+export function checkDatabaseOptions(database: unknown): DatabaseKind {
+  if (!database || typeof database !== 'object' || Array.isArray(database)) throw new OptionsError('database', DATABASE_SHAPES);
+  const kinds = (Object.keys(databaseKinds) as DatabaseKind[]).filter((kind) => kind in database);
+  if (kinds.length > 1) throw new OptionsError('database', `pass one of ${kinds.join(', ')}, not ${kinds.length === 2 ? 'both' : 'several'}`);
+  if (kinds.length === 0) {
+    const keys = Object.keys(database);
+    throw new OptionsError('database', keys.length ? `unknown option(s) ${keys.join(', ')}; ${DATABASE_SHAPES}` : DATABASE_SHAPES);
+  }
+  validateWith<unknown>(databaseKinds[kinds[0]!], database, 'database');
+  return kinds[0]!;
+}
+
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
   maxPayloadBytes: positiveInt.optional(),
