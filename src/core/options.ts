@@ -166,6 +166,19 @@ const timerMs = positiveInt.max(MAX_TIMER_MS, `at most ${MAX_TIMER_MS} ms (about
 const windowMs = z.union([z.literal(-1), positiveInt.max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 for keep forever`)], {
   error: `a positive number of milliseconds up to ${MAX_WINDOW_MS} (100 years), or -1 for keep forever`,
 });
+/**
+ * The shortest retention interval. Each pass runs its delete statements back to back until a
+ * batch comes back short, so an interval of a few ms kept a pass going against the database all
+ * the time; a second is as often as any rule can usefully run (the bench runs them no faster).
+ */
+export const MIN_RETENTION_INTERVAL_MS = 1000;
+/** A retention interval in ms (at least MIN_RETENTION_INTERVAL_MS), or -1 for "only by hand". */
+const retentionIntervalMs = z.union([
+  z.literal(-1),
+  positiveInt
+    .min(MIN_RETENTION_INTERVAL_MS, `at least ${MIN_RETENTION_INTERVAL_MS} ms (1 s), or -1 to run only by hand`)
+    .max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 to run only by hand`),
+], { error: `a number of milliseconds from ${MIN_RETENTION_INTERVAL_MS} (1 s) up to ${MAX_WINDOW_MS} (100 years), or -1 to run only by hand` });
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
@@ -287,15 +300,15 @@ export const busOptionsSchema = z.object({
     batchSize: positiveInt.max(1_000_000).optional(),
     pauseMs: nonNegInt.max(MAX_TIMER_MS).optional(),
     events: z.object({
-      olderThanMs: windowMs.optional(), everyMs: windowMs.optional(), archive: z.boolean().optional(),
+      olderThanMs: windowMs.optional(), everyMs: retentionIntervalMs.optional(), archive: z.boolean().optional(),
       archiveOlderThanMs: windowMs.optional(),
     }).strict().optional(),
     jobs: z.object({
       completedMs: windowMs.optional(), discardedMs: windowMs.optional(), cancelledMs: windowMs.optional(),
-      everyMs: windowMs.optional(),
+      everyMs: retentionIntervalMs.optional(),
     }).strict().optional(),
-    consumes: z.object({ olderThanMs: z.union([windowMs, z.literal('auto')]).optional(), everyMs: windowMs.optional() }).strict().optional(),
-    appEveryMs: windowMs.optional(),
+    consumes: z.object({ olderThanMs: z.union([windowMs, z.literal('auto')]).optional(), everyMs: retentionIntervalMs.optional() }).strict().optional(),
+    appEveryMs: retentionIntervalMs.optional(),
   }).strict().optional(),
   alerts: z.object({
     eventsBacklog: threshold.optional(),
