@@ -19,7 +19,7 @@ import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
 import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
-import { currentTraceId, newTraceId } from './core/trace.js';
+import { currentTraceId, newTraceId, normalizeTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
@@ -97,7 +97,12 @@ export interface BusOptions<S extends EventSchemas> {
 export interface RecordOptions {
   /** What the event is about (an order number…): used for coalescing and filtering. */
   subject?: string | null;
-  /** Defaults to the active trace (a rea handler's event, or an OpenTelemetry span), else a new id. */
+  /**
+   * Defaults to the active trace (a rea handler's event, or an OpenTelemetry span), else a new id.
+   * Any text is rea's correlation id (stored, searchable, in every log line); only a W3C trace id
+   * (32 hex digits, not all zeros; lower-cased when given in upper case) becomes the OpenTelemetry
+   * parent of its handlers' spans.
+   */
   traceId?: string;
   /** Who or what caused the event (a user id, a service name). */
   createdBy?: string;
@@ -363,7 +368,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       type,
       subject: recordText(opts?.subject, `${at}.subject`),
       payloadJson,
-      traceId: recordText(opts?.traceId, `${at}.traceId`) ?? currentTraceId() ?? newTraceId(),
+      traceId: recordTraceId(opts?.traceId, `${at}.traceId`) ?? currentTraceId() ?? newTraceId(),
       createdBy: recordText(opts?.createdBy, `${at}.createdBy`),
       version,
     };
@@ -731,6 +736,12 @@ function recordText(value: unknown, field: string): string | null {
   if (typeof value !== 'string') throw new OptionsError(field, `must be a string, not ${describe(value)}`);
   if (unstorableText(value)) throw new OptionsError(field, 'holds a NUL character (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL text cannot store');
   return value;
+}
+
+/** record()'s traceId: any text, kept as given, but a W3C trace id in upper case is lower-cased (see normalizeTraceId). */
+function recordTraceId(value: unknown, field: string): string | null {
+  const text = recordText(value, field);
+  return text === null ? null : normalizeTraceId(text);
 }
 
 function describe(value: unknown): string {

@@ -298,6 +298,24 @@ describeTargets('record on $name', (target) => {
     expect(await bus.events.get(id)).toMatchObject({ subject: 'O3 😀', traceId: 'trace-1', createdBy: 'user:7', version: 3 });
   });
 
+  it.skipIf(!target.available)('a traceId is any text, kept as given; a W3C trace id in upper case is stored in lower case, and found by either', async () => {
+    const bus = await testBus(target, events);
+    const upper = 'AB12'.repeat(8);
+    // Stored as given, it never became the handler's OpenTelemetry parent (nor matched the span's id in a trace backend).
+    const [w3c, own, notHex] = await bus.transaction((tx) => bus.recordMany(tx, [
+      { type: 'order.created', payload: { orderNo: 'T1', total: 1 }, traceId: upper },
+      { type: 'order.created', payload: { orderNo: 'T2', total: 1 }, traceId: 'Order-42' },
+      { type: 'order.created', payload: { orderNo: 'T3', total: 1 }, traceId: `${'AB'.repeat(15)}XY` },
+    ]));
+    expect((await bus.events.get(w3c!))!.traceId).toBe(upper.toLowerCase());
+    expect((await bus.events.get(own!))!.traceId).toBe('Order-42');
+    expect((await bus.events.get(notHex!))!.traceId).toBe(`${'AB'.repeat(15)}XY`);
+    for (const traceId of [upper, upper.toLowerCase()]) {
+      expect((await bus.events.list({ traceId })).items.map((e) => e.id), traceId).toEqual([w3c]);
+    }
+    expect((await bus.events.list({ traceId: 'Order-42' })).items.map((e) => e.id)).toEqual([own]);
+  });
+
   it.skipIf(!target.available)('recordMany validates every item before storing any', async () => {
     const bus = await testBus(target, events);
     const err = await bus
