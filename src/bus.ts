@@ -18,8 +18,8 @@ import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
-import { busOptionsSchema, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, poolSizeSchema, validateWith, type HandlerOptions } from './core/options.js';
-import { currentTraceId, newTraceId } from './core/trace.js';
+import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
+import { currentTraceId, newTraceId, normalizeTraceId } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
@@ -97,7 +97,12 @@ export interface BusOptions<S extends EventSchemas> {
 export interface RecordOptions {
   /** What the event is about (an order number…): used for coalescing and filtering. */
   subject?: string | null;
-  /** Defaults to the active trace (a rea handler's event, or an OpenTelemetry span), else a new id. */
+  /**
+   * Defaults to the active trace (a rea handler's event, or an OpenTelemetry span), else a new id.
+   * Any text is rea's correlation id (stored, searchable, in every log line); only a W3C trace id
+   * (32 hex digits, not all zeros; lower-cased when given in upper case) becomes the OpenTelemetry
+   * parent of its handlers' spans.
+   */
   traceId?: string;
   /** Who or what caused the event (a user id, a service name). */
   createdBy?: string;
@@ -368,7 +373,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       type,
       subject: recordText(opts?.subject, `${at}.subject`),
       payloadJson,
-      traceId: recordText(opts?.traceId, `${at}.traceId`) ?? currentTraceId() ?? newTraceId(),
+      traceId: recordTraceId(opts?.traceId, `${at}.traceId`) ?? currentTraceId() ?? newTraceId(),
       createdBy: recordText(opts?.createdBy, `${at}.createdBy`),
       version,
     };
@@ -739,6 +744,12 @@ function recordText(value: unknown, field: string): string | null {
   return value;
 }
 
+/** record()'s traceId: any text, kept as given, but a W3C trace id in upper case is lower-cased (see normalizeTraceId). */
+function recordTraceId(value: unknown, field: string): string | null {
+  const text = recordText(value, field);
+  return text === null ? null : normalizeTraceId(text);
+}
+
 function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return `${typeof value} ${String(value)}`;
@@ -778,16 +789,15 @@ function checkJobIds(ids: unknown, field: string): string[] {
 }
 
 function makeDriver(database: DatabaseOptions, schema: string, poolSize: number, log: Logger): Driver {
-  if (!database || typeof database !== 'object') throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
-  if ('driver' in database) return database.driver;
-  if ('postgres' in database) {
-    // Checked as createBus's own poolSize is: a pool of -1 answered no query, ever.
-    if (database.poolSize !== undefined) validateWith(poolSizeSchema, database.poolSize, 'database.poolSize');
+  // Refuses a key the kind does not take, and a poolSize pg would misread (a pool of -1 answered no query, ever).
+  const kind = checkDatabaseOptions(database);
+  if (kind === 'driver' && 'driver' in database) return database.driver;
+  if (kind === 'postgres' && 'postgres' in database) {
     return new PostgresDriver({
       connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize,
       onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),
     });
   }
-  if ('pglite' in database) return new PGliteDriver({ database: database.pglite, schema });
+  if (kind === 'pglite' && 'pglite' in database) return new PGliteDriver({ database: database.pglite, schema });
   throw new OptionsError('database', 'pass { postgres: url }, { pglite: dir } or { driver }');
 }

@@ -286,6 +286,27 @@ for (const backend of backends) {
       await db.exec(captureTriggerSql({ ...refunds, name: 'refunds' }).up);
     });
 
+    it('up refuses a second capture of a table under another name, naming the trigger it has and how to remove it', async () => {
+      const schema = await freshSchema();
+      const first = captureTriggerSql(orderOptions(schema));
+      await db.exec(first.up);
+      // Both were installed, and every write to orders recorded two events, one per capture.
+      await expect(db.exec(captureTriggerSql({ ...orderOptions(schema), name: 'orders_again' }).up)).rejects.toThrow(
+        `table ${schema}.orders already has a rea capture, trigger capture_${schema}_orders_delete of function "${schema}".capture_${schema}_orders(); `
+        + `a second one would record each change twice. Remove that capture first (rea capture --table ${schema}.orders --name capture_${schema}_orders --down --apply runs its down script), `
+        + `or give this one its name, capture_${schema}_orders, to change its definition`,
+      );
+      const functions = () => db.query<{ proname: string }>(`select proname from pg_proc where pronamespace = '"${schema}"'::regnamespace and proname like '%again%'`);
+      expect(await functions()).toEqual([]);
+      await db.exec(`insert into "${schema}".orders (id, status, total) values ('o-1', 'new', 1)`);
+      expect((await eventsBeforeSentinel(schema)).map((e) => `${e.type} ${e.subject}`)).toEqual(['order.created o-1']);
+      // Under its own name it is a changed definition of the one capture; once that is removed, another name is fine.
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), watchColumns: ['status'] }).up);
+      await db.exec(first.down);
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), name: 'orders_again' }).up);
+      expect(await functions()).toEqual([{ proname: 'orders_again' }]);
+    });
+
     it('lets one definition serve the same unqualified table in several schemas (one migration per tenant)', async () => {
       const schema = await freshSchema();
       const tenants = [`${schema}_t1`, `${schema}_t2`];

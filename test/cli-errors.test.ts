@@ -2,6 +2,7 @@
 // that is down, refusing or not migrated, a mistyped PGlite directory, conflicting or malformed
 // flags. Each is a typed error naming the problem (and the flag), never the password, with exit
 // code 2 for a wrong command line and 1 for a database that cannot be used.
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +15,7 @@ import { checkConnectionString, describeConnection, LATEST_MIGRATION } from '../
 import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const SECRET = 's3cretpw';
+const hasPsql = spawnSync('psql', ['--version']).status === 0;
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
 
 /** Run `rea …` in-process; everything it printed (stdout, stderr, commander's own output) and its exit code. */
@@ -357,6 +359,52 @@ describe('a database that cannot be used', () => {
     const taken = await capture(`${schema}.capt3`, '--watch', 'b', '--name', `capture_${schema}_capt2`);
     expect(taken.code).toBe(2);
     expect(taken.text).toContain(`rea: invalid option --name: capture function "${schema}"."capture_${schema}_capt2"() already serves the triggers of table ${schema}.capt2`);
+    await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
+  it.skipIf(!postgresTarget.available || !hasPsql)('capture: a failure half way leaves nothing behind, run by --apply or the printed script by psql', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    expect((await rea('migrate', ...db)).code).toBe(0);
+    // A view passes the script's checks and gets its function, then refuses row triggers: a failure half way.
+    await postgresTarget.query(`create table ${schema}.capt (id int, a int); create view ${schema}.capv as select id, a from ${schema}.capt`);
+    const functions = async () => (await postgresTarget.query(`select proname from pg_proc where pronamespace = '${schema}'::regnamespace and proname like 'capture%'`)).map((r) => r.proname);
+    const capture = (...more: string[]) => rea('capture', '--table', `${schema}.capv`, '--subject', 'id', '--watch', 'a', '--type', 'x.changed', ...db, ...more);
+    const applied = await capture('--apply');
+    expect(applied).toEqual({ code: 2, text: expect.stringContaining(`rea: invalid option --table: "capv" is a view`) });
+    expect(await functions()).toEqual([]);
+    // psql goes on past an error unless told to stop: statement by statement, the function stayed
+    // behind without its triggers. The printed script is one transaction, so it all rolls back.
+    const printed = await capture();
+    expect(printed.code).toBe(0);
+    const psql = spawnSync('psql', ['-X', '-q', '-d', PG_URL], { input: printed.text, encoding: 'utf8' });
+    expect(psql.stderr).toContain('"capv" is a view');
+    expect(await functions()).toEqual([]);
+    expect(printed.text).toMatch(/^begin;\n[\s\S]*\ncommit;\n$/);
+    // The same for the down script, and --json carries what would be printed.
+    expect(JSON.parse((await capture('--json')).text)).toEqual({ up: printed.text, down: expect.stringMatching(/^begin;\n[\s\S]*\ncommit;\n$/) });
+    // For a migration tool that runs each migration in a transaction of its own: the bare statements.
+    const bare = await capture('--no-transaction');
+    expect(bare.text).not.toMatch(/^(begin|commit);$/m);
+    expect(`begin;\n${bare.text.trim()}\ncommit;\n`).toBe(printed.text);
+    await postgresTarget.query(`drop schema ${schema} cascade`);
+  });
+
+  it.skipIf(!postgresTarget.available)('capture --apply refuses a second capture of a table under another name (each change would be recorded twice)', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    expect((await rea('migrate', ...db)).code).toBe(0);
+    await postgresTarget.query(`create table ${schema}.capt (id int, a int)`);
+    const capture = (...more: string[]) => rea('capture', '--table', `${schema}.capt`, '--subject', 'id', '--watch', 'a', '--type', 'x.changed', '--apply', ...db, ...more);
+    expect((await capture()).code).toBe(0);
+    const again = await capture('--name', 'capt_again');
+    expect(again.code).toBe(2);
+    expect(again.text).toContain(`rea: invalid option --name: table ${schema}.capt already has a rea capture, trigger capture_${schema}_capt_insert of function "${schema}".capture_${schema}_capt(); `
+      + `a second one would record each change twice. Remove that capture first (rea capture --table ${schema}.capt --name capture_${schema}_capt --down --apply runs its down script)`);
+    expect((await capture('--name', `capture_${schema}_capt`, '--down')).code).toBe(0);
+    expect((await capture('--name', 'capt_again')).code).toBe(0);
+    const triggers = await postgresTarget.query(`select tgname from pg_trigger where tgrelid = '${schema}.capt'::regclass and not tgisinternal order by tgname`);
+    expect(triggers.map((t) => t.tgname)).toEqual(['capt_again_insert', 'capt_again_update']);
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 

@@ -5,7 +5,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { context, ROOT_CONTEXT, trace, type Context, type ContextManager } from '@opentelemetry/api';
 import { afterEach, describe, expect, it } from 'vitest';
-import { currentTraceId, JobTraceScope, runInTrace } from '../src/core/trace.js';
+import { currentTraceId, JobTraceScope, runInTrace, type TraceScope } from '../src/core/trace.js';
 
 /** The smallest context manager there is: AsyncLocalStorage, as the SDK's own. */
 class AlsContextManager implements ContextManager {
@@ -31,8 +31,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const TRACE = 'ab'.repeat(16);
 
 /** What a handler inside runInTrace would see. */
-async function seen() {
-  return runInTrace({ traceId: TRACE, eventId: 'e1', handler: 'h', attempt: 1 }, async () => {
+async function seen(scope: TraceScope = { traceId: TRACE, eventId: 'e1', handler: 'h', attempt: 1 }) {
+  return runInTrace(scope, async () => {
     await sleep(1); // across an await, as a handler's own instrumentation would be
     const span = trace.getSpanContext(context.active());
     return { traceId: currentTraceId(), parent: span && { traceId: span.traceId, isRemote: span.isRemote, spanId: span.spanId } };
@@ -56,6 +56,19 @@ describe('trace context for OpenTelemetry', () => {
     expect(inside.traceId).toBe(TRACE);
     expect(inside.parent).toMatchObject({ traceId: TRACE, isRemote: true });
     expect(inside.parent!.spanId).toMatch(/^[0-9a-f]{16}$/);
+  });
+
+  it('a W3C trace id in upper case links as the parent, lower-cased; any other trace id is rea\'s alone, with no parent', async () => {
+    expect(context.setGlobalContextManager(new AlsContextManager())).toBe(true);
+    await sleep(150); // past the time rea keeps its answer (an earlier test may have asked)
+    // An upper-case id was kept as the handler's trace and never made its parent: its spans began a trace of their own.
+    const upper = await seen(new JobTraceScope(TRACE.toUpperCase(), 'e1', 'h', 1));
+    expect(upper.traceId).toBe(TRACE);
+    expect(upper.parent).toMatchObject({ traceId: TRACE, isRemote: true });
+    // Not a W3C trace id: logs and the events the handler records carry it; OpenTelemetry has nothing to link.
+    for (const traceId of ['order-42', '0'.repeat(32), `${TRACE.slice(0, 30)}xy`]) {
+      expect(await seen(new JobTraceScope(traceId, 'e1', 'h', 1)), traceId).toEqual({ traceId, parent: undefined });
+    }
   });
 });
 

@@ -298,6 +298,24 @@ describeTargets('record on $name', (target) => {
     expect(await bus.events.get(id)).toMatchObject({ subject: 'O3 😀', traceId: 'trace-1', createdBy: 'user:7', version: 3 });
   });
 
+  it.skipIf(!target.available)('a traceId is any text, kept as given; a W3C trace id in upper case is stored in lower case, and found by either', async () => {
+    const bus = await testBus(target, events);
+    const upper = 'AB12'.repeat(8);
+    // Stored as given, it never became the handler's OpenTelemetry parent (nor matched the span's id in a trace backend).
+    const [w3c, own, notHex] = await bus.transaction((tx) => bus.recordMany(tx, [
+      { type: 'order.created', payload: { orderNo: 'T1', total: 1 }, traceId: upper },
+      { type: 'order.created', payload: { orderNo: 'T2', total: 1 }, traceId: 'Order-42' },
+      { type: 'order.created', payload: { orderNo: 'T3', total: 1 }, traceId: `${'AB'.repeat(15)}XY` },
+    ]));
+    expect((await bus.events.get(w3c!))!.traceId).toBe(upper.toLowerCase());
+    expect((await bus.events.get(own!))!.traceId).toBe('Order-42');
+    expect((await bus.events.get(notHex!))!.traceId).toBe(`${'AB'.repeat(15)}XY`);
+    for (const traceId of [upper, upper.toLowerCase()]) {
+      expect((await bus.events.list({ traceId })).items.map((e) => e.id), traceId).toEqual([w3c]);
+    }
+    expect((await bus.events.list({ traceId: 'Order-42' })).items.map((e) => e.id)).toEqual([own]);
+  });
+
   it.skipIf(!target.available)('recordMany validates every item before storing any', async () => {
     const bus = await testBus(target, events);
     const err = await bus
@@ -496,6 +514,22 @@ describe('registration', () => {
         .toThrow(/^invalid option database.poolSize: /);
     }
     expect(() => createBus({ database: { postgres: 'postgres://postgres@127.0.0.1:5432/shop', poolSize: 3 }, events })).not.toThrow();
+    // Unknown keys inside database were dropped without a word while every other group refused
+    // them: poolsize: 5 left the pool at 10, and postgress: url said only which shapes exist.
+    const shop = 'postgres://postgres@127.0.0.1:5432/shop';
+    const databases: Array<[Record<string, unknown>, OptionsError]> = [
+      [{ postgres: shop, poolsize: 5 }, new OptionsError('database', 'unknown option(s) poolsize')],
+      [{ postgress: shop }, new OptionsError('database', 'unknown option(s) postgress; pass { postgres: url, poolSize? }, { pglite: dir } or { driver }')],
+      [{ pglite: 'memory://', poolSize: 2 }, new OptionsError('database', 'unknown option(s) poolSize')],
+      [{ postgres: shop, pglite: 'memory://' }, new OptionsError('database', 'pass one of postgres, pglite, not both')],
+      [{}, new OptionsError('database', 'pass { postgres: url, poolSize? }, { pglite: dir } or { driver }')],
+    ];
+    for (const [database, error] of databases) {
+      let caught: unknown;
+      try { createBus({ database, events } as unknown as Parameters<typeof createBus>[0]); } catch (err) { caught = err; }
+      expect(caught, JSON.stringify(database)).toBeInstanceOf(OptionsError);
+      expect(caught).toMatchObject({ field: 'database', message: error.message });
+    }
     // A margin of 0 passed, and every claimed job went straight back to the queue: none ever ran.
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 0 } })).toThrow(/invalid option createBus.worker.leaseMarginMs: .*100/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 100 } })).not.toThrow();

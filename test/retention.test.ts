@@ -61,6 +61,36 @@ describe('retention windows (pure)', () => {
   });
 });
 
+describe('retention intervals', () => {
+  it('a rule runs at most once a second: a shorter every (ms or a duration) is refused naming the field; -1 still means by hand', async () => {
+    // every: 1 passed, and the leader ran the rule's delete pass back to back against the database.
+    const { createBus } = await import('../src/index.js');
+    const bus = createBus({ database: { pglite: 'memory://' }, events });
+    onTestFinished(() => bus.stop());
+    for (const every of [1, 999, '500ms', '0s']) {
+      let caught: unknown;
+      try { bus.retention.register({ table: 'visits', timeColumn: 'seen_at', olderThan: '30d', every }); } catch (err) { caught = err; }
+      expect(caught, String(every)).toBeInstanceOf(OptionsError);
+      expect((caught as OptionsError).field).toBe('retention.register(visits).every');
+    }
+    expect(() => bus.retention.register({ table: 'visits', timeColumn: 'seen_at', olderThan: '30d', every: 1 }))
+      .toThrow('invalid option retention.register(visits).every: 1 is shorter than 1000 ms');
+    bus.retention.register({ table: 'visits', timeColumn: 'seen_at', olderThan: '30d', every: '1s' });
+    bus.retention.register({ table: 'pages', timeColumn: 'seen_at', olderThan: '30d', every: -1 });
+    // The same floor for rea's own rules and the default interval of registered tables.
+    for (const [retention, field] of [
+      [{ appEveryMs: 1 }, 'createBus.retention.appEveryMs'],
+      [{ events: { everyMs: 999 } }, 'createBus.retention.events.everyMs'],
+      [{ jobs: { everyMs: 10 } }, 'createBus.retention.jobs.everyMs'],
+      [{ consumes: { everyMs: 1 } }, 'createBus.retention.consumes.everyMs'],
+    ] as const) {
+      expect(() => createBus({ database: { pglite: 'memory://' }, events, retention }))
+        .toThrow(new OptionsError(field, 'at least 1000 ms (1 s), or -1 to run only by hand'));
+    }
+    await createBus({ database: { pglite: 'memory://' }, events, retention: { appEveryMs: 1000, events: { everyMs: -1 } } }).stop();
+  });
+});
+
 describeTargets('retention on $name', (target) => {
   const test = it.skipIf(!target.available);
 

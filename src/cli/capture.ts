@@ -2,7 +2,7 @@
 // watched column of an application table really changes.
 import { Command } from 'commander';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
-import { CaptureOptionsError, captureTriggerSql, type CaptureEventTypes } from '../drivers/postgres/capture.js';
+import { CaptureOptionsError, captureTriggerSql, inOneTransaction, type CaptureEventTypes } from '../drivers/postgres/capture.js';
 import { checkSchemaName } from '../drivers/postgres/common.js';
 import { addConnectionFlags, resolveConnection, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
@@ -31,6 +31,8 @@ function applyError(err: unknown, flags: ColumnFlags): unknown {
   if (code === '42809') return new OptionsError('--table', message);
   // Raised by the up script itself: the function name is another table's capture.
   if (code === '42723') return new OptionsError('--name', `${message} (the default name is capture_<table>; give --name)`);
+  // Raised by the up script itself: the table has a capture of another name already.
+  if (code === '42710' && message.includes('already has a rea capture')) return new OptionsError('--name', message);
   if (/^[0-9A-Z]{5}$/.test(code)) return new DatabaseError('refused', `the capture trigger on ${flags.table} was not applied: ${message} (SQLSTATE ${code})`, { cause: err });
   return err;
 }
@@ -69,9 +71,11 @@ export function captureCommand(): Command {
     .option('--down', 'print (with --apply: run) the SQL that removes the trigger instead')
     .option('--json', 'print { up, down } as JSON ({ applied | removed, table, up, down } with --apply)')
     .option('--apply', 'run the up SQL (the down SQL with --down) against the database now (in one transaction)')
+    .option('--no-transaction', 'print the statements without begin / commit, for a migration tool that runs each migration in a transaction of its own')
     .action(async (flags: ConnectionFlags & {
       table: string; subject: string; watch?: string[]; payload?: string[]; type?: string;
       insert?: string; update?: string; delete?: string; name?: string; down?: boolean; json?: boolean; apply?: boolean;
+      transaction: boolean;
     }) => {
       const eventTypes: CaptureEventTypes | undefined = flags.insert || flags.update || flags.delete
         ? { insert: flags.insert, update: flags.update, delete: flags.delete }
@@ -83,16 +87,20 @@ export function captureCommand(): Command {
       // A database setting, checked as every command checks it (ERR_OPTIONS, naming REA_SCHEMA
       // when that gave it); left to captureSql it was a usage error naming --schema either way.
       checkSchemaName(schema, flags.schema !== undefined ? '--schema' : 'REA_SCHEMA');
-      const sql = captureSql({
+      const bare = captureSql({
         schema, table: flags.table, subjectColumn: flags.subject, watchColumns: flags.watch ?? [],
         payloadColumns: flags.payload ?? flags.watch ?? [], name: flags.name,
         ...(eventTypes ? { eventTypes } : { eventType: flags.type }),
       });
+      // Printed, each script brings its own transaction: run by hand (psql -f goes on past an
+      // error), a failure half way left a function without its triggers, or a table's triggers
+      // dropped and not made again. --apply runs the bare statements in a transaction of its own.
+      const sql = flags.transaction ? { up: inOneTransaction(bare.up), down: inOneTransaction(bare.down) } : bare;
       if (flags.apply) {
         resolveConnection(flags); // fail early with a clear message when no database is given
         // --down --apply removes: it ran the up script, so asking to remove a trigger installed it
         // (or failed on a table already dropped) and said 'applied'.
-        const script = flags.down ? sql.down : sql.up;
+        const script = flags.down ? bare.down : bare.up;
         await withAdminBus(flags, (bus) => bus.driver.execScript(script)).catch((err: unknown) => Promise.reject(applyError(err, flags)));
         const done = flags.down ? 'removed' : 'applied';
         console.log(flags.json ? JSON.stringify({ [done]: true, table: flags.table, ...sql }) : `capture trigger on ${flags.table} ${done}`);

@@ -7,6 +7,7 @@ import { JOB_STATES, type JobKind, type JobState } from '../driver/types.js';
 import { InvalidFilterError } from './errors.js';
 import { isJobId } from './job-id.js';
 import { unstorableText } from './json.js';
+import { normalizeTraceId } from './trace.js';
 
 export const LIST_LIMIT = { default: 50, max: 500 } as const;
 const JOB_KINDS: readonly JobKind[] = ['handler', 'webhook', 'forward'];
@@ -73,7 +74,8 @@ export function eventListParams(filter: EventListFilter = {}): EventListParams {
   return {
     typePattern: type,
     subject: optionalText(filter.subject, 'subject'),
-    traceId: optionalText(filter.traceId, 'traceId'),
+    // As record() stores it: a W3C trace id in lower case, so the id as given finds its events.
+    traceId: traceIdFilter(optionalText(filter.traceId, 'traceId')),
     state,
     minId: since === null ? null : uuidv7Floor(since),
     maxId: until === null ? null : uuidv7Floor(until),
@@ -107,6 +109,10 @@ function limitOf(v: unknown): number {
     throw new InvalidFilterError('limit', `must be a whole number from 1 to ${LIST_LIMIT.max}`);
   }
   return v;
+}
+
+function traceIdFilter(v: string | null): string | null {
+  return v === null ? null : normalizeTraceId(v);
 }
 
 function optionalText(v: unknown, name: string): string | null {

@@ -173,6 +173,19 @@ const timerMs = positiveInt.max(MAX_TIMER_MS, `at most ${MAX_TIMER_MS} ms (about
 const windowMs = z.union([z.literal(-1), positiveInt.max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 for keep forever`)], {
   error: `a positive number of milliseconds up to ${MAX_WINDOW_MS} (100 years), or -1 for keep forever`,
 });
+/**
+ * The shortest retention interval. Each pass runs its delete statements back to back until a
+ * batch comes back short, so an interval of a few ms kept a pass going against the database all
+ * the time; a second is as often as any rule can usefully run (the bench runs them no faster).
+ */
+export const MIN_RETENTION_INTERVAL_MS = 1000;
+/** A retention interval in ms (at least MIN_RETENTION_INTERVAL_MS), or -1 for "only by hand". */
+const retentionIntervalMs = z.union([
+  z.literal(-1),
+  positiveInt
+    .min(MIN_RETENTION_INTERVAL_MS, `at least ${MIN_RETENTION_INTERVAL_MS} ms (1 s), or -1 to run only by hand`)
+    .max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 to run only by hand`),
+], { error: `a number of milliseconds from ${MIN_RETENTION_INTERVAL_MS} (1 s) up to ${MAX_WINDOW_MS} (100 years), or -1 to run only by hand` });
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
@@ -199,6 +212,32 @@ const pollBounds = (defaults: { minPollMs: number; maxPollMs: number }) => (o: {
  * waits for ever for a free connection of a pool below that: every query hung, with no error.
  */
 export const poolSizeSchema = positiveInt;
+
+/**
+ * `database` takes exactly one kind, each with its own keys. Strict as every other group is: a
+ * misspelt key ({ postgres: url, poolsize: 5 }) was dropped without a word and its default used,
+ * and { postgress: url } said only which shapes exist, not which key was wrong.
+ */
+const databaseKinds = {
+  postgres: z.object({ postgres: z.unknown(), poolSize: poolSizeSchema.optional() }).strict(),
+  pglite: z.object({ pglite: z.unknown() }).strict(),
+  driver: z.object({ driver: z.unknown() }).strict(),
+};
+export type DatabaseKind = keyof typeof databaseKinds;
+const DATABASE_SHAPES = 'pass { postgres: url, poolSize? }, { pglite: dir } or { driver }';
+
+/** The kind of a createBus `database` option, or an OptionsError naming the key that is wrong. */
+export function checkDatabaseOptions(database: unknown): DatabaseKind {
+  if (!database || typeof database !== 'object' || Array.isArray(database)) throw new OptionsError('database', DATABASE_SHAPES);
+  const kinds = (Object.keys(databaseKinds) as DatabaseKind[]).filter((kind) => kind in database);
+  if (kinds.length > 1) throw new OptionsError('database', `pass one of ${kinds.join(', ')}, not ${kinds.length === 2 ? 'both' : 'several'}`);
+  if (kinds.length === 0) {
+    const keys = Object.keys(database);
+    throw new OptionsError('database', keys.length ? `unknown option(s) ${keys.join(', ')}; ${DATABASE_SHAPES}` : DATABASE_SHAPES);
+  }
+  validateWith<unknown>(databaseKinds[kinds[0]!], database, 'database');
+  return kinds[0]!;
+}
 
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
@@ -269,15 +308,15 @@ export const busOptionsSchema = z.object({
     batchSize: positiveInt.max(1_000_000).optional(),
     pauseMs: nonNegInt.max(MAX_TIMER_MS).optional(),
     events: z.object({
-      olderThanMs: windowMs.optional(), everyMs: windowMs.optional(), archive: z.boolean().optional(),
+      olderThanMs: windowMs.optional(), everyMs: retentionIntervalMs.optional(), archive: z.boolean().optional(),
       archiveOlderThanMs: windowMs.optional(),
     }).strict().optional(),
     jobs: z.object({
       completedMs: windowMs.optional(), discardedMs: windowMs.optional(), cancelledMs: windowMs.optional(),
-      everyMs: windowMs.optional(),
+      everyMs: retentionIntervalMs.optional(),
     }).strict().optional(),
-    consumes: z.object({ olderThanMs: z.union([windowMs, z.literal('auto')]).optional(), everyMs: windowMs.optional() }).strict().optional(),
-    appEveryMs: windowMs.optional(),
+    consumes: z.object({ olderThanMs: z.union([windowMs, z.literal('auto')]).optional(), everyMs: retentionIntervalMs.optional() }).strict().optional(),
+    appEveryMs: retentionIntervalMs.optional(),
   }).strict().optional(),
   alerts: z.object({
     eventsBacklog: threshold.optional(),

@@ -14,6 +14,24 @@ export interface TraceScope {
 const storage = new AsyncLocalStorage<TraceScope>();
 
 const TRACE_ID = /^[0-9a-f]{32}$/;
+const HEX_32 = /^[0-9a-fA-F]{32}$/;
+const ZERO_TRACE_ID = '0'.repeat(32);
+
+/**
+ * A trace id as rea keeps it. Any text is rea's own correlation id (stored, searched, in every
+ * log line); 32 hex digits are a W3C trace id, written in lower case as W3C and OpenTelemetry
+ * write it. An upper-case one was stored as given and never became the handler's OpenTelemetry
+ * parent (nor matched the span's id in a trace backend): it is lower-cased instead.
+ */
+export function normalizeTraceId(traceId: string): string {
+  return HEX_32.test(traceId) ? traceId.toLowerCase() : traceId;
+}
+
+/** The id as an OpenTelemetry parent, or null: only a W3C trace id (32 hex digits, not all zeros) is one. */
+export function w3cTraceId(traceId: string): string | null {
+  const id = normalizeTraceId(traceId);
+  return TRACE_ID.test(id) && id !== ZERO_TRACE_ID ? id : null;
+}
 
 export function newTraceId(): string {
   return randomHex(16);
@@ -29,7 +47,8 @@ export function newTraceId(): string {
 export class JobTraceScope implements TraceScope {
   #traceId: string | null;
   constructor(traceId: string | null, readonly eventId: string, readonly handler: string, readonly attempt: number) {
-    this.#traceId = traceId;
+    // Normalised here too: a row written by hand, or stored before record() lower-cased them.
+    this.#traceId = traceId === null ? null : normalizeTraceId(traceId);
   }
 
   get traceId(): string {
@@ -40,7 +59,7 @@ export class JobTraceScope implements TraceScope {
 /** The trace id of an event stored without one: its id's hex digits (a new one for an id that is no UUID). */
 export function traceIdOfEvent(eventId: string): string {
   const hex = eventId.replace(/-/g, '').toLowerCase();
-  return TRACE_ID.test(hex) && hex !== '0'.repeat(32) ? hex : newTraceId();
+  return TRACE_ID.test(hex) && hex !== ZERO_TRACE_ID ? hex : newTraceId();
 }
 
 /** The trace id in effect: a rea handler's event, else the active OpenTelemetry span, else none. */
@@ -49,7 +68,7 @@ export function currentTraceId(): string | null {
   if (scope) return scope.traceId;
   const span = trace.getActiveSpan();
   const id = span?.spanContext().traceId;
-  return id && TRACE_ID.test(id) && id !== '0'.repeat(32) ? id : null;
+  return id ? w3cTraceId(id) : null;
 }
 
 export function currentScope(): TraceScope | undefined {
@@ -83,9 +102,12 @@ export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
   // context copy and a random span id per job).
   if (!otelContextManager()) return storage.run(scope, fn);
   let otelContext = context.active();
-  if (TRACE_ID.test(scope.traceId)) {
+  // Any other trace id (an order number, a request id) is rea's alone: its log lines carry it, but
+  // it cannot be an OpenTelemetry trace, so the handler's spans get no parent from it.
+  const parent = w3cTraceId(scope.traceId);
+  if (parent !== null) {
     otelContext = trace.setSpanContext(otelContext, {
-      traceId: scope.traceId,
+      traceId: parent,
       spanId: randomHex(8),
       traceFlags: TraceFlags.SAMPLED,
       isRemote: true,

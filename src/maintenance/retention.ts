@@ -6,7 +6,7 @@ import type { Clock } from '../core/clock.js';
 import { OptionsError } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import type { Logger } from '../core/logger.js';
-import { MAX_WINDOW_MS } from '../core/options.js';
+import { MAX_WINDOW_MS, MIN_RETENTION_INTERVAL_MS } from '../core/options.js';
 import type { AppTableName, RetentionTarget } from '../driver/operations.js';
 import type { Driver } from '../driver/types.js';
 import type { MaintenanceService } from './service.js';
@@ -28,7 +28,7 @@ export interface AppTableRetention {
   timeColumn: string;
   /** Milliseconds, or a duration such as '90s', '15m', '24h', '30d'. */
   olderThan: number | string;
-  /** How often the leader runs it (default 1 h); -1 = only by hand (`rea retention run`). */
+  /** How often the leader runs it (default 1 h; at least 1 s); -1 = only by hand (`rea retention run`). */
   every?: number | string;
 }
 
@@ -95,7 +95,8 @@ export function consumeRetentionMs(p: { scheduleMs: number; discardedMs: number;
   return 2 * p.scheduleMs + Math.max(p.discardedMs, p.cancelledMs);
 }
 
-export function parseDuration(value: unknown, field: string): number {
+/** A duration in ms, or -1; `minMs` bounds it from below (retention intervals: MIN_RETENTION_INTERVAL_MS). */
+export function parseDuration(value: unknown, field: string, minMs = 1): number {
   if (value === -1 || value === '-1') return -1;
   let ms: number | undefined;
   if (typeof value === 'number' && Number.isInteger(value) && value > 0) ms = value;
@@ -106,6 +107,7 @@ export function parseDuration(value: unknown, field: string): number {
   }
   if (ms === undefined) throw new OptionsError(field, `${JSON.stringify(value)} is not a duration: give milliseconds, '90s', '15m', '24h', '7d', or -1 for keep`);
   if (ms > MAX_WINDOW_MS) throw new OptionsError(field, `${JSON.stringify(value)} is longer than 100 years; use -1 to keep forever`);
+  if (ms < minMs) throw new OptionsError(field, `${JSON.stringify(value)} is shorter than ${minMs} ms (a pass deletes batch after batch until one comes back short: it would keep the database busy); -1 runs it only by hand`);
   return ms;
 }
 
@@ -161,7 +163,7 @@ export class Retention {
     if (this.appTables.has(label)) throw new OptionsError(`${field}.table`, 'is registered already');
     const column = checkIdentifier(`${field}.timeColumn`, spec.timeColumn);
     const olderThanMs = parseDuration(spec.olderThan, `${field}.olderThan`);
-    const everyMs = spec.every === undefined ? this.settings.appEveryMs : parseDuration(spec.every, `${field}.every`);
+    const everyMs = spec.every === undefined ? this.settings.appEveryMs : parseDuration(spec.every, `${field}.every`, MIN_RETENTION_INTERVAL_MS);
     this.appTables.add(label);
     let checked = false;
     this.add(`app:${label}`, label, everyMs, false, async () => {

@@ -1,6 +1,6 @@
 // Capture triggers: generate migration SQL that records a rea event from an application table's
 // own INSERT / UPDATE / DELETE, for writes that never go through bus.record().
-// Pure string building; the caller runs `up` (and later `down`) like any other migration.
+// Pure string building; the caller runs `up` (and later `down`) like any other migration, each in one transaction.
 import { OptionsError } from '../../core/errors.js';
 import { EVENT_TYPE_RULE, isEventTypeName } from '../../core/events.js';
 import { quoteSchema } from './common.js';
@@ -30,9 +30,20 @@ export interface CaptureTriggerOptions {
   name?: string;
 }
 
+/**
+ * Bare statements, for a migration tool that runs each migration in a transaction of its own.
+ * Run each script in one transaction (inOneTransaction() wraps it for psql and the like): each
+ * statement on its own would leave what came before a failure half way (a function without its
+ * triggers, or a table's triggers dropped and not made again).
+ */
 export interface CaptureTriggerSql {
   up: string;
   down: string;
+}
+
+/** A capture script wrapped in begin / commit, so that run by hand (psql -f) it applies whole or not at all. */
+export function inOneTransaction(script: string): string {
+  return `begin;\n${script.trim()}\ncommit;\n`;
 }
 
 /** A capture option is missing or unsafe; `field` names it (e.g. `watchColumns[1]`). */
@@ -55,6 +66,8 @@ const PAIRS_PER_CALL = 50;
 // these: application tables may share rea's schema, `public` say.)
 const REA_TABLES = ['events', 'jobs', 'consumes', 'handlers', 'leader', 'migrations', 'endpoints', 'webhook_attempts', 'events_archive', 'admin_sessions_ended'];
 const OWN_TABLE = "is one of rea's own tables: capture triggers are for application tables";
+// How a capture function's body begins its insert: what tells one (of any name) among a table's triggers.
+const EVENTS_INSERT = (reaSchema: string) => `insert into ${reaSchema}.events`;
 
 export function captureTriggerSql(options: CaptureTriggerOptions): CaptureTriggerSql {
   const reaSchema = checkSchema(options.schema ?? 'rea');
@@ -75,7 +88,7 @@ export function captureTriggerSql(options: CaptureTriggerOptions): CaptureTrigge
   const row = (rec: 'NEW' | 'OLD') => jsonObject(payload.map((c) => [literal(c), `${rec}.${quoteIdent(c)}`]));
 
   const insertEvent = (type: string, rec: 'NEW' | 'OLD', payloadExpr: string) => /* sql */ `
-    insert into ${reaSchema}.events (id, type, subject, payload, created_by)
+    ${EVENTS_INSERT(reaSchema)} (id, type, subject, payload, created_by)
     values (${reaSchema}.uuid_v7(), ${literal(type)}, ${rec}.${quoteIdent(subject)}::text, ${payloadExpr}, ${createdBy});`;
 
   const branches: string[] = [];
@@ -118,6 +131,7 @@ end
   const check = `
 declare
   other regclass;
+  existing record;
 begin
   if exists (select from pg_catalog.pg_class where oid = ${literal(target)}::regclass
               and relnamespace = ${literal(reaSchema)}::regnamespace and relname in (${REA_TABLES.map(literal).join(', ')})) then
@@ -133,6 +147,19 @@ begin
   if other is not null then
     raise exception using errcode = 'duplicate_function',
       message = pg_catalog.format('capture function %s() already serves the triggers of table %s, with another definition; give this table''s capture a name of its own', ${literal(fn)}, other);
+  end if;
+  -- A capture of this table under another name: both would record every change, each its own event.
+  select t.tgname, p.proname into existing
+    from pg_catalog.pg_trigger t join pg_catalog.pg_proc p on p.oid = t.tgfoid
+   where t.tgrelid = ${literal(target)}::regclass and not t.tgisinternal
+     and p.pronamespace = ${literal(reaSchema)}::regnamespace and p.proname <> ${literal(name)}
+     and pg_catalog.strpos(p.prosrc, ${literal(EVENTS_INSERT(reaSchema))}) > 0
+   order by t.tgname
+   limit 1;
+  if found then
+    raise exception using errcode = 'duplicate_object',
+      message = pg_catalog.format('table %s already has a rea capture, trigger %I of function %s.%I(); a second one would record each change twice. Remove that capture first (rea capture --table %s --name %s --down --apply runs its down script), or give this one its name, %s, to change its definition',
+        ${literal(target)}::regclass, existing.tgname, ${literal(reaSchema)}, existing.proname, ${literal(options.table)}, existing.proname, existing.proname);
   end if;
 end
 `;
