@@ -4,8 +4,11 @@ import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, OptionsError, permanent } from '../src/index.js';
 import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
-import { JOB_RETRY_BATCH, PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
+import { PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
+import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
 import { quoteSchema } from '../src/drivers/postgres/common.js';
+import { PostgresExecutor } from '../src/drivers/postgres/executor.js';
+import { postgresStatements } from '../src/drivers/postgres/sql.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -48,6 +51,36 @@ describeTargets('repair on $name', (target) => {
     expect((await bus.events.list({ state: 'poisoned' })).items).toHaveLength(2);
     expect(await bus.events.requeue([a!.toUpperCase()])).toEqual([a]);
     expect(await bus.events.requeue({ poisoned: true })).toEqual([b]);
+  });
+
+  test('events.requeue({ poisoned: true }) goes in bounded batches and requeues every poisoned event once', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const n = OPERATOR_BATCH * 2 + 500;
+    // Poisoned at only 7 distinct moments (a relay round poisons rows at one now()): batches end
+    // inside runs of equal poisoned_at, where the cursor goes on by id.
+    await target.query(
+      `insert into "${s}".events (id, type, payload, poisoned_at, fan_attempts, last_error)
+       select gen_random_uuid(), 'order.created', '{"orderNo":"P"}', now() - (i % 7) * interval '1 second', 5, 'boom'
+       from generate_series(1, $1::int) i`, [n]);
+    await target.query(`insert into "${s}".events (id, type, payload) values (gen_random_uuid(), 'order.created', '{"orderNo":"F"}')`);
+    const changed: number[] = [];
+    const counting = {
+      query: async (text: string, params?: unknown[]) => {
+        const r = await bus.driver.query<Record<string, unknown>>(text, params);
+        const ids = r.rows[0]?.ids;
+        changed.push(Array.isArray(ids) ? ids.length : r.rows.length);
+        return r;
+      },
+    } as never;
+    const executor = new PostgresExecutor(counting, postgresStatements(quoteSchema(s)));
+    const ids = await executor.eventRequeue({ poisoned: true });
+    expect(new Set(ids).size).toBe(n);
+    // Before, one statement took all of them: every poisoned row locked and returned at once.
+    expect(changed).toEqual([OPERATOR_BATCH, OPERATOR_BATCH, 500]);
+    expect(await target.query(`select count(*)::int as n from "${s}".events where poisoned_at is not null or fan_attempts <> 0 or last_error is not null`))
+      .toEqual([{ n: 0 }]);
+    expect(await bus.events.requeue({ poisoned: true })).toEqual([]);
   });
 
   test('events.get and jobs.forEvent with an id that is not a UUID find nothing, as events.attempts does', async () => {
@@ -170,14 +203,14 @@ describeTargets('repair on $name', (target) => {
     const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
     const s = bus.schema;
     const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'B' })]);
-    const n = JOB_RETRY_BATCH * 2 + 500;
+    const n = OPERATOR_BATCH * 2 + 500;
     // First, a batch of dead letters all left alone (each handler has a job waiting for the event):
     // the retry must go on past a batch that retried nothing.
     await target.query(
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
        select $1::uuid, 'handler', 'x' || i, 5, 1000, 'available', 0, null::timestamptz from generate_series(1, $2::int) i
        union all
-       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, JOB_RETRY_BATCH]);
+       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, OPERATOR_BATCH]);
     // Then one dead letter per handler (a job of each of n handlers), as after an outage of days.
     await target.query(
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
@@ -197,10 +230,10 @@ describeTargets('repair on $name', (target) => {
     expect(ids).toHaveLength(n);
     expect(new Set(ids).size).toBe(n);
     // Before, one statement took all of them: every row locked and returned at once.
-    expect(Math.max(...changed)).toBe(JOB_RETRY_BATCH);
-    expect(changed).toEqual([0, JOB_RETRY_BATCH, JOB_RETRY_BATCH, 500]);
+    expect(Math.max(...changed)).toBe(OPERATOR_BATCH);
+    expect(changed).toEqual([0, OPERATOR_BATCH, OPERATOR_BATCH, 500]);
     expect(await target.query(`select state, count(*)::int as n from "${s}".jobs group by state order by state`))
-      .toEqual([{ state: 'available', n: n + JOB_RETRY_BATCH }, { state: 'discarded', n: JOB_RETRY_BATCH }]);
+      .toEqual([{ state: 'available', n: n + OPERATOR_BATCH }, { state: 'discarded', n: OPERATOR_BATCH }]);
   });
 
   test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {

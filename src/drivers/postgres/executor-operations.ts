@@ -4,6 +4,7 @@ import type {
   AppTableName, CountFigure, HandlerScheduleRow, OperationsExecutor, OverviewFacts, ReplayFilterParams, ReplayToHandlerResult, RetentionTarget,
 } from '../../driver/operations.js';
 import { JOB_STATES, type JobState, type Queryable } from '../../driver/types.js';
+import { inBatches } from './batches.js';
 import { patternToLike } from './patterns.js';
 import { postgresOperationsStatements, type PostgresOperationsStatements } from './sql-operations.js';
 
@@ -140,14 +141,12 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     }
     // One statement per batch, oldest first; a job a batch retried is behind the cursor, so one
     // that fails again meanwhile is not retried twice by this call.
-    const ids: string[] = [];
-    for (let after = '0'; ;) {
-      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, after, JOB_RETRY_BATCH, p.webhookMaxAttempts]);
+    const ids = await inBatches('0', async (after, size) => {
+      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, after, size, p.webhookMaxAttempts]);
       const r = rows[0]!;
-      ids.push(...(r.ids as string[]));
-      if (r.n < JOB_RETRY_BATCH) return ids.sort(byNumber);
-      after = r.last_id as string;
-    }
+      return { done: r.ids as string[], held: r.n as number, last: r.last_id as string };
+    });
+    return ids.sort(byNumber);
   }
 
   async eventReplayToHandler(p: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult> {
@@ -197,9 +196,6 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
 }
 
 const byNumber = (a: string, b: string) => Number(a) - Number(b);
-
-/** Jobs a retry by state reschedules per statement. */
-export const JOB_RETRY_BATCH = 1000;
 
 // Names were checked to be plain identifiers before they got here (maintenance/retention.ts);
 // quoting keeps mixed case exact and would neutralize anything that slipped through.
