@@ -1,9 +1,10 @@
 // Repair actions round-trip through the real relay and worker: requeue poisoned events (fan
 // attempts reset), retry discarded jobs (attempts extended), and cancel waiting jobs only.
-import { expect, it } from 'vitest';
+import pg from 'pg';
+import { expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, OptionsError, permanent } from '../src/index.js';
-import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
+import { describeTargets, PG_URL, quickBackoff, testBus } from './helpers/db.js';
 import { PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
 import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
 import { quoteSchema } from '../src/drivers/postgres/common.js';
@@ -215,17 +216,16 @@ describeTargets('repair on $name', (target) => {
     await target.query(
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
        select $1, 'handler', 'h' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, n]);
-    // Every statement the retry runs, with how many rows it changed.
+    // Every retry statement the retry runs (not the ones that lock a batch's events), with how many rows it changed.
     const changed: number[] = [];
-    const counting = {
+    const counting = (q: { query: typeof bus.driver.query }) => ({
       query: async (text: string, params?: unknown[]) => {
-        const r = await bus.driver.query<Record<string, unknown>>(text, params);
-        const ids = r.rows[0]?.ids;
-        changed.push(Array.isArray(ids) ? ids.length : r.rows.length);
+        const r = await q.query<Record<string, unknown>>(text, params);
+        if (!('ids' in (r.rows[0] ?? {}))) changed.push(r.rows.length);
         return r;
       },
-    } as never;
-    const ops = new PostgresOperationsExecutor(counting, s, quoteSchema(s), (fn) => bus.driver.transaction(fn));
+    }) as never;
+    const ops = new PostgresOperationsExecutor(counting(bus.driver), s, quoteSchema(s), (fn) => bus.driver.transaction((q) => fn(counting(q))));
     const ids = await ops.jobRetry({ state: 'discarded', webhookMaxAttempts: 18, now: null });
     expect(ids).toHaveLength(n);
     expect(new Set(ids).size).toBe(n);
@@ -234,6 +234,47 @@ describeTargets('repair on $name', (target) => {
     expect(changed).toEqual([0, OPERATOR_BATCH, OPERATOR_BATCH, 500]);
     expect(await target.query(`select state, count(*)::int as n from "${s}".jobs group by state order by state`))
       .toEqual([{ state: 'available', n: n + OPERATOR_BATCH }, { state: 'discarded', n: OPERATOR_BATCH }]);
+  });
+
+  it.skipIf(target.name !== 'postgres' || !target.available)('two jobs.retry at once of dead letters of one handler for one event leave one waiting job, not two', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    await bus.driver.executor.handlerUpsertMany([{ name: 'erp', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 }]);
+    const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'T' })]);
+    await target.query(`update "${s}".events set fanned_out_at = now()`);
+    // The original dead letter and a replay's, as two operators see them on their screens.
+    const [first, second] = (await target.query<{ id: string }>(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       values ($1, 'handler', 'erp', 5, 1000, 'discarded', 5, now()), ($1, 'handler', 'erp', 5, 1000, 'discarded', 5, now())
+       returning id::text as id`, [eventId])).map((r) => r.id);
+    // The first retry is held inside its transaction, after its checks, as it makes its job waiting:
+    // a trigger waits there for an advisory lock this test holds.
+    const holder = new pg.Client({ connectionString: PG_URL });
+    await holder.connect();
+    onTestFinished(() => holder.end());
+    await holder.query('select pg_advisory_lock(4242)');
+    await target.query(`
+      create function "${s}".hold() returns trigger language plpgsql as $$
+      begin
+        if new.id = ${Number(first)} and new.state = 'available' then perform pg_advisory_xact_lock_shared(4242); end if;
+        return new;
+      end $$;
+      create trigger hold before update on "${s}".jobs for each row execute function "${s}".hold()`);
+    const waiting = async (where: string) => (await holder.query(`select count(*)::int as n from pg_locks where not granted and ${where}`)).rows[0].n > 0;
+    const a = bus.jobs.retry([first!]);
+    while (!(await waiting(`locktype = 'advisory'`))) await new Promise((r) => setTimeout(r, 5));
+    // The second retry either finishes (it did: the first one's job was still dead in its
+    // snapshot) or waits for the first one's lock on the event.
+    let bDone = false;
+    const b = bus.jobs.retry([second!]).finally(() => (bDone = true));
+    while (!bDone && !(await waiting(`locktype <> 'advisory'`))) await new Promise((r) => setTimeout(r, 5));
+    await holder.query('select pg_advisory_unlock(4242)');
+    expect(await a).toEqual([first]);
+    expect(await b).toEqual([]);
+    expect(await target.query(`select id::text as id from "${s}".jobs where state in ('available', 'retryable', 'running') order by id`)).toEqual([{ id: first }]);
+    expect(await bus.driver.operations.jobStates({ ids: [second!] })).toEqual([
+      { id: second, state: 'discarded', attempt: 5, eventFound: true, waitingJobId: first },
+    ]);
   });
 
   test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {

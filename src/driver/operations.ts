@@ -92,7 +92,9 @@ export interface OperationsExecutor {
    * Reschedule final, unsuccessful jobs now with a fresh allowance of attempts (a handler's current
    * maxAttempts, `webhookMaxAttempts` for a webhook delivery); returns the ids changed. Never a
    * second waiting job of one handler for one event: a job is left alone while another of its
-   * handler for that event waits or runs, and of several for one event only the newest goes.
+   * handler for that event waits or runs, and of several for one event only the newest goes;
+   * the events are locked first, so two retries (or a retry and a replay) of one event's jobs at
+   * once take turns, and the second sees the first one's job. By state, in bounded batches.
    */
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]>;
   /**

@@ -134,19 +134,26 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
   }
 
   async jobRetry(p: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]> {
-    if (p.ids) {
-      if (p.ids.length === 0) return [];
-      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByIds, [p.ids, p.now, p.webhookMaxAttempts]);
-      return rows.map((r) => r.id as string).sort(byNumber);
+    const ids = p.ids;
+    if (ids) {
+      if (ids.length === 0) return [];
+      return this.transaction(async (q) => {
+        await q.query(this.sql.jobRetryLockIds, [ids]);
+        const { rows } = await q.query<Row>(this.sql.jobRetryByIds, [ids, p.now, p.webhookMaxAttempts]);
+        return rows.map((r) => r.id as string).sort(byNumber);
+      });
     }
-    // One statement per batch, oldest first; a job a batch retried is behind the cursor, so one
+    // One transaction per batch, oldest first; a job a batch retried is behind the cursor, so one
     // that fails again meanwhile is not retried twice by this call.
-    const ids = await inBatches('0', async (after, size) => {
-      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, after, size, p.webhookMaxAttempts]);
-      const r = rows[0]!;
-      return { done: r.ids as string[], held: r.n as number, last: r.last_id as string };
-    });
-    return ids.sort(byNumber);
+    const state = p.state ?? 'discarded';
+    const handler = p.handler ?? null;
+    const retried = await inBatches('0', (after, size) => this.transaction(async (q) => {
+      const batch = (await q.query<Row>(this.sql.jobRetryLockBatch, [state, handler, after, size])).rows[0]!;
+      const done = batch.n === 0 ? []
+        : (await q.query<Row>(this.sql.jobRetryBatch, [state, p.now, handler, batch.ids, p.webhookMaxAttempts])).rows.map((r) => r.id as string);
+      return { done, held: batch.n as number, last: batch.last_id as string };
+    }));
+    return retried.sort(byNumber);
   }
 
   async eventReplayToHandler(p: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult> {

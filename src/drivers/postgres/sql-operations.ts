@@ -68,34 +68,31 @@ select count(*)::int as n from victims`;
   // total of every allowance so far, and taken as the allowance it doubled with each retry. Jobs
   // whose event retention already removed are left alone: they could only fail again.
   //
-  // The event is locked (for key share) so that an events retention pass either sees the job
-  // waiting or has deleted the event before this finds it (see retentionLockEvents).
-  //
   // A handler's job is left alone while another job of that handler for the same event waits or
   // runs (a replay made one), and of several it would retry for one event (the dead letter and a
   // replay's) only the newest goes: two jobs would run the handler twice at once, which
-  // events.replay refuses for the same reason. `filter` is given the alias to apply to.
+  // events.replay refuses for the same reason. `pick` chooses the jobs to retry, `among` the
+  // jobs a newer one of which goes instead; each is given the alias to apply to.
   //
-  // Batched (by state): the batch is the next $5 jobs by id after the cursor $4 that match the
-  // filter, chosen before the checks above, which then run on those rows only (run on every match
-  // before the limit, they made a retry of 100,000 dead letters take minutes). The statement says
-  // where the batch ended and how many it held, so a batch whose jobs were all left alone goes on.
-  const jobRetry = (filter: (alias: string) => string, batched: boolean, webhookMax: string) => /* sql */ `
-with ${batched ? /* sql */ `batch as materialized (
-  select j.id from ${s}.jobs j
-  where ${filter('j')} and j.id > $4::bigint
-  order by j.id
-  limit $5
-), ` : ''}picked as (
+  // A retry runs in two statements of one transaction. The first locks the events of its jobs
+  // (jobRetryLockIds, jobRetryLockBatch: for no key update, in id order), as events.replay does;
+  // this second one, with a snapshot taken after those locks, then sees a job that a concurrent
+  // retry or replay of the same event committed meanwhile. Checked in one statement from a
+  // snapshot taken before its locks, two operators retrying dead letters of one handler for one
+  // event at once each found the other's still dead and both went: two waiting jobs. The same
+  // lock keeps an events retention pass from deleting the event under the retried job (its
+  // victims are locked for update, skip locked; see retentionLockEvents).
+  const jobRetry = (pick: (alias: string) => string, among: (alias: string) => string, webhookMax: string) => /* sql */ `
+with picked as (
   select j.id, coalesce(h.max_attempts, case when j.kind = 'webhook' then ${webhookMax}::int end, j.max_attempts) as allowance
-  from ${batched ? `batch b join ${s}.jobs j on j.id = b.id` : `${s}.jobs j`}
+  from ${s}.jobs j
   join ${s}.events e on e.id = j.event_id
   left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
-  where ${filter('j')}
+  where ${pick('j')}
     and not (j.kind = 'handler' and exists (
       select 1 from ${s}.jobs o
       where o.event_id = j.event_id and o.kind = 'handler' and o.target = j.target and o.id <> j.id
-        and (o.state = any (${BUSY}) or (o.id > j.id and ${filter('o')}))))
+        and (o.state = any (${BUSY}) or (o.id > j.id and ${among('o')}))))
   for update of j skip locked
   for key share of e
 ), retried as (
@@ -106,9 +103,18 @@ with ${batched ? /* sql */ `batch as materialized (
   where j.id = picked.id
   returning j.id
 )
-${batched
-    ? 'select (select coalesce(array_agg(id::text), \'{}\') from retried) as ids, (select max(id)::text from batch) as last_id, (select count(*)::int from batch) as n'
-    : 'select id::text as id from retried'}`;
+select id::text as id from retried`;
+
+  const lockEventsOf = (jobs: string) => /* sql */ `
+select e.id from ${s}.events e
+where e.id in (select j.event_id from ${jobs} j)
+order by e.id
+for no key update of e`;
+
+  const retryByIds = (a: string) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`;
+  // $state the state, $handler null or a handler's name.
+  const retryByState = (a: string, state: string, handler: string) =>
+    `${a}.state = ${state} and ${a}.finalized_at is not null and (${handler}::text is null or (${a}.kind = 'handler' and ${a}.target = ${handler}))`;
 
   // Events go in two statements of one transaction: the first locks the victims, the second,
   // with a snapshot taken after those locks, deletes those that are still unawaited. One
@@ -322,13 +328,32 @@ with waiting as (
 )
 select (select count(*) from inserted)::int as replayed, (select count(*) from waiting)::int as skipped`,
 
-    jobRetryByIds: jobRetry((a) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`, false, '$3'),
-    // In batches of $5 by id after the cursor $4: "retry every dead letter" after an endpoint or a
-    // handler was down for days is one statement per batch, not one holding every row at once.
-    jobRetryByState: jobRetry(
-      (a) => `${a}.state = $1 and ${a}.finalized_at is not null and ($3::text is null or (${a}.kind = 'handler' and ${a}.target = $3))`,
-      true,
-      '$6',
+    // $1 the job ids: the events of all of them, whatever their state, so none the retry takes is unlocked.
+    jobRetryLockIds: /* sql */ `select count(*)::int as n from (${lockEventsOf(`(select event_id from ${s}.jobs where id = any($1::bigint[]))`)}) l`,
+    // $1 the job ids, $2 now, $3 webhooks.maxAttempts.
+    jobRetryByIds: jobRetry(retryByIds, retryByIds, '$3'),
+
+    // By state, in batches: "retry every dead letter" after an endpoint or a handler was down for
+    // days is one transaction per batch, not one holding every row at once. The batch is the next
+    // $4 jobs by id after the cursor $3 that match ($1 the state, $2 null or a handler), chosen
+    // before the checks, which then run on those rows only (run on every match before the limit,
+    // they made a retry of 100,000 dead letters take minutes); their events are locked. The
+    // statement says where the batch ended and how many it held, so a batch whose jobs were all
+    // left alone goes on.
+    jobRetryLockBatch: /* sql */ `
+with batch as materialized (
+  select j.id, j.event_id from ${s}.jobs j
+  where ${retryByState('j', '$1', '$2')} and j.id > $3::bigint
+  order by j.id
+  limit $4
+), locked as (${lockEventsOf('batch')})
+select (select coalesce(array_agg(id::text), '{}') from batch) as ids, (select max(id)::text from batch) as last_id,
+       (select count(*)::int from batch) as n, (select count(*)::int from locked) as locked`,
+    // $1 the state, $2 now, $3 null or a handler, $4 the batch's job ids, $5 webhooks.maxAttempts.
+    jobRetryBatch: jobRetry(
+      (a) => `${a}.id = any($4::bigint[]) and ${retryByState(a, '$1', '$3')}`,
+      (a) => retryByState(a, '$1', '$3'),
+      '$5',
     ),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it
