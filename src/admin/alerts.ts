@@ -49,8 +49,8 @@ export const eventsBacklogAlert: AlertEvaluator = {
     const byCount = on(t.eventsBacklog) && count > t.eventsBacklog;
     const byAge = on(t.eventsBacklogAgeMs) && ageMs !== null && ageMs > t.eventsBacklogAgeMs;
     if (!byCount && !byAge) return null;
-    // Count: the moment the (threshold+1)-th oldest waiting event arrived. Age: the oldest event's
-    // arrival plus the allowed age.
+    // Count: the moment the (threshold+1)-th oldest waiting event arrived (unknown for a threshold
+    // above overview.exactCountLimit: not looked for). Age: the oldest event's arrival plus the allowed age.
     const sinces: number[] = [];
     if (byCount && f.backlogCrossedAt) sinces.push(f.backlogCrossedAt.getTime());
     if (byAge) sinces.push(f.oldestUnfannedAt!.getTime() + t.eventsBacklogAgeMs);

@@ -29,7 +29,11 @@ export interface OverviewFacts {
   backlog: CountFigure;
   poisoned: CountFigure;
   oldestUnfannedAt: Date | null;
-  /** created_at of the (backlogThreshold + 1)-th oldest unfanned event: when the count crossed the threshold. */
+  /**
+   * created_at of the (backlogThreshold + 1)-th oldest unfanned event: when the count crossed the
+   * threshold. Null when there is none, or the threshold is above the exact-count limit (finding
+   * it would walk that many index entries, more than any count here does).
+   */
   backlogCrossedAt: Date | null;
   /** The earliest poisoned_at among rows still poisoned. */
   poisonedSince: Date | null;

@@ -91,8 +91,11 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
 
   async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts> {
     const cap = p.exactLimit + 1;
+    // Where the backlog crossed its threshold is an OFFSET walk of that many index entries: asked
+    // only within the exact limit, as far as a count walks. Past it the count is an estimate too.
+    const crossing = p.backlogThreshold <= p.exactLimit ? p.backlogThreshold : -1;
     const [{ rows }, sizes] = await Promise.all([
-      this.pool.query<Row>(this.sql.overviewFacts, [cap, Math.max(0, p.backlogThreshold), p.handlerUnattendedMs]),
+      this.pool.query<Row>(this.sql.overviewFacts, [cap, crossing, p.handlerUnattendedMs]),
       this.pool.query<Row>(this.sql.tableSizes, [this.schema]),
     ]);
     const r = rows[0]!;
@@ -109,7 +112,7 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       backlog: await figure('backlog'),
       poisoned: await figure('poisoned'),
       oldestUnfannedAt: r.oldest_unfanned_at ?? null,
-      backlogCrossedAt: p.backlogThreshold < 0 ? null : r.backlog_crossed_at ?? null,
+      backlogCrossedAt: crossing < 0 ? null : r.backlog_crossed_at ?? null,
       poisonedSince: r.poisoned_since ?? null,
       jobs,
       discardedSince: r.discarded_since ?? null,

@@ -205,8 +205,9 @@ select
   ${capped(`${s}.events`, 'poisoned_at is not null')} as poisoned,
   (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
      order by id limit 1) as oldest_unfanned_at,
-  (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
-     order by id offset $2 limit 1) as backlog_crossed_at,
+  -- $2 < 0: not asked (the executor asks only for a threshold within the exact limit).
+  (select created_at from ${s}.events where $2::int >= 0 and fanned_out_at is null and poisoned_at is null
+     order by id offset greatest($2::int, 0) limit 1) as backlog_crossed_at,
   (select min(poisoned_at) from ${s}.events where poisoned_at is not null) as poisoned_since,
   ${capped(`${s}.jobs`, `state = 'available'`)} as available,
   ${capped(`${s}.jobs`, `state = 'retryable'`)} as retryable,
