@@ -44,6 +44,8 @@ describeTargets('stored handlers on $name', (target) => {
     const alerts = (await v2.overview()).alerts.filter((a) => a.name === 'handler_unattended');
     expect(alerts).toHaveLength(1);
     expect(alerts[0]!.message).toMatch(/^handler 'old-sms' has 1 waiting job and no running worker has had it for .*`rea handlers forget old-sms`/);
+    expect(alerts[0]).toMatchObject({ threshold: UNATTENDED_MS, unit: 'ms' });
+    expect(alerts[0]!.figure).toBeGreaterThan(UNATTENDED_MS);
     const listed = Object.fromEntries((await v2.handlers.list()).map((h) => [h.name, h]));
     expect(listed['old-sms']).toMatchObject({ patterns: ['order.placed'], waiting: 1, running: 0 });
     expect(listed.sms).toMatchObject({ waiting: 0 });
