@@ -133,6 +133,31 @@ describeTargets('stored handlers on $name', (target) => {
     await expect(bus.handlers.forget('gone')).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  test('jobs of a forgotten handler retried by name wait for nobody: handler_unattended counts them once they are due past the threshold', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false }, alerts: { handlerUnattendedMs: UNATTENDED_MS } });
+    const s = bus.schema;
+    await bus.driver.executor.handlerUpsertMany([
+      { name: 'sms', patterns: ['order.placed'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+    ]);
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.placed', { n: 1 }));
+    await bus.relayOnce();
+    expect(await bus.handlers.forget('sms', { force: true })).toEqual({ cancelled: 1 });
+    const [job] = await bus.jobs.retry({ state: 'cancelled', handler: 'sms' });
+    const unattended = async () => (await bus.overview()).alerts.filter((a) => a.name === 'handler_unattended');
+    // Just retried: not yet past the threshold.
+    expect(await unattended()).toEqual([]);
+    // An hour later (the job came due an hour ago), nothing has run it: no handlers row, no heartbeat.
+    await target.query(`update "${s}".jobs set scheduled_at = now() - interval '1 hour' where id = $1`, [job]);
+    const [alert] = await unattended();
+    expect(alert).toMatchObject({ threshold: UNATTENDED_MS, unit: 'ms' });
+    expect(alert!.figure).toBeGreaterThanOrEqual(3_600_000);
+    expect(alert!.message).toMatch(/^1 waiting job of handler 'sms', which no bus stores \(it was forgotten\), has waited 60 min: .*`rea handlers forget sms` \(cancels them\)$/);
+    // Forgetting the name again cancels it, and the alert clears.
+    expect(await bus.handlers.forget('sms')).toEqual({ cancelled: 1 });
+    expect(await unattended()).toEqual([]);
+    expect((await bus.jobs.forEvent(id)).map((j) => j.state)).toEqual(['cancelled']);
+  });
+
   test('jobs.retry by state names a handler no bus registered, with the known ones; a forgotten handler with stored jobs still counts', async () => {
     const v1 = await testBus(target, events, { relay: { enabled: false } });
     v1.on('order.placed', 'mailer', () => {});

@@ -46,8 +46,11 @@ export interface OverviewFacts {
   /**
    * Handlers no running worker has had (no heartbeat) for longer than the handler_unattended
    * threshold that still have waiting jobs (counted up to the exact limit), longest unseen first.
+   * `stored` false: a name with waiting jobs but no handlers row (forgotten, then its jobs retried
+   * by name), which no bus runs; its seenAt is when the earliest of those jobs came due (among
+   * the first up to the exact limit).
    */
-  unattendedHandlers: { name: string; seenAt: Date; waiting: number }[];
+  unattendedHandlers: { name: string; seenAt: Date; waiting: number; stored: boolean }[];
   /** Every table in rea's schema with pg_total_relation_size (heap, indexes and TOAST), in bytes. */
   tables: { name: string; totalBytes: number }[];
 }

@@ -119,7 +119,7 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       endpointsDisabled: Number(r.endpoints_disabled ?? 0),
       endpointsDisabledSince: r.endpoints_disabled_since ?? null,
       unattendedHandlers: (typeof r.unattended_handlers === 'string' ? JSON.parse(r.unattended_handlers) : r.unattended_handlers ?? [])
-        .map((h: Row) => ({ name: h.name as string, seenAt: new Date(h.seen_at), waiting: Number(h.waiting) })),
+        .map((h: Row) => ({ name: h.name as string, seenAt: new Date(h.seen_at), waiting: Number(h.waiting), stored: h.stored !== false })),
       tables: sizes.rows.map((t) => ({ name: t.name as string, totalBytes: Number(t.total_bytes) })),
     };
   }

@@ -218,14 +218,32 @@ select
   (select min(finalized_at) from ${s}.jobs where state = 'discarded' and finalized_at is not null) as discarded_since,
   (select count(*) from ${s}.endpoints where state = 'disabled')::int as endpoints_disabled,
   (select min(disabled_at) from ${s}.endpoints where state = 'disabled') as endpoints_disabled_since,
-  -- Handlers no running worker has had for $3 ms (-1: not asked) that still have waiting jobs.
-  (select coalesce(json_agg(json_build_object('name', u.name, 'seen_at', u.seen_at, 'waiting', u.waiting) order by u.seen_at, u.name), '[]'::json)
-   from (select h.name, h.seen_at,
+  -- Handlers no running worker has had for $3 ms (-1: not asked) that still have waiting jobs;
+  -- and names with waiting jobs but no handlers row (forgotten, then retried by name: nothing
+  -- runs them), since the earliest of those jobs (among the first $1) came due. Those names are
+  -- found by skipping from one target to the next through jobs_claim_idx: one probe a name.
+  (select coalesce(json_agg(json_build_object('name', u.name, 'seen_at', u.seen_at, 'waiting', u.waiting, 'stored', u.stored) order by u.seen_at, u.name), '[]'::json)
+   from (select h.name, h.seen_at, true as stored,
            (select count(*) from (select 1 from ${s}.jobs j
               where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = h.name limit $1) w)::int as waiting
          from ${s}.handlers h
-         where $3::float8 >= 0 and h.seen_at < now() - $3::float8 * interval '1 millisecond') u
-   where u.waiting > 0) as unattended_handlers`,
+         where $3::float8 >= 0 and h.seen_at < now() - $3::float8 * interval '1 millisecond'
+         union all
+         select t.target, (select min(j.scheduled_at) from (select j.scheduled_at from ${s}.jobs j
+              where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = t.target limit $1) j), false,
+           (select count(*) from (select 1 from ${s}.jobs j
+              where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = t.target limit $1) w)::int
+         from (with recursive targets as (
+                 (select j.target from ${s}.jobs j where j.state in ('available', 'retryable') and j.kind = 'handler'
+                  order by j.kind, j.target limit 1)
+                 union all
+                 select (select j.target from ${s}.jobs j
+                         where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target > p.target
+                         order by j.kind, j.target limit 1)
+                 from targets p where p.target is not null)
+               select target from targets where target is not null) t
+         where $3::float8 >= 0 and not exists (select 1 from ${s}.handlers h where h.name = t.target)) u
+   where u.waiting > 0 and u.seen_at < now() - $3::float8 * interval '1 millisecond') as unattended_handlers`,
 
     /** The planner's row estimate for one figure, used once the exact count passed the limit. */
     estimate: {
