@@ -195,9 +195,11 @@ export interface Bus<S extends EventSchemas> {
     list(): Promise<HandlerSummary[]>;
     /**
      * For a handler removed or renamed in the code: delete its row, so the relay makes no more
-     * jobs for it, and cancel its waiting jobs, so retention can trim their events. Refused
-     * (BusStateError) while a running worker has had it within the handler_unattended window,
-     * unless `force`. NotFoundError when there is no such handler.
+     * jobs for it, and cancel its waiting jobs (in batches of 1,000, each its own transaction),
+     * so retention can trim their events. Refused (BusStateError) while a running worker has had
+     * it within the handler_unattended window, unless `force`. A name whose row is gone already
+     * but whose jobs wait (retried by name since) has those cancelled. NotFoundError when there
+     * is no such handler and no job of it waits.
      */
     forget(name: string, options?: { force?: boolean }): Promise<{ cancelled: number }>;
   };
@@ -664,8 +666,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         if (handlers.has(name)) throw new BusStateError(`handler '${name}' is registered in this very bus: it is not gone`);
         const window = alertThresholds.handlerUnattendedMs >= 0 ? alertThresholds.handlerUnattendedMs : DEFAULTS.alerts.handlerUnattendedMs;
         const r = await driver.admin.handlerForget({ name, unseenForMs: forgetOptions.force ? null : window, now: clock.now() });
-        if (!r.forgotten && r.seenAt === null) throw new NotFoundError(`handler ${JSON.stringify(name)}`);
-        if (!r.forgotten) {
+        // No row, but waiting jobs of the name: a forget cut short, or jobs retried by name since.
+        if (!r.forgotten && r.seenAt === null && r.cancelled === 0) throw new NotFoundError(`handler ${JSON.stringify(name)}`);
+        if (!r.forgotten && r.seenAt !== null) {
           throw new BusStateError(`handler '${name}' was had by a running worker at ${r.seenAt!.toISOString()}, within the last ${formatMs(window)}: stop it first, or pass force`);
         }
         return { cancelled: r.cancelled };

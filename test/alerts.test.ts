@@ -87,13 +87,29 @@ describe('alerts', () => {
   });
 
   it('handler_unattended names the handler nobody runs and how to forget it; several are listed; -1 turns it off', () => {
-    const one = facts({ unattendedHandlers: [{ name: 'old-sms', seenAt: at(2 * 3_600_000), waiting: 3 }] });
+    const one = facts({ unattendedHandlers: [{ name: 'old-sms', seenAt: at(2 * 3_600_000), waiting: 3, stored: true }] });
     const [a] = evaluateAlerts(one, thresholds, NOW);
-    expect(a).toMatchObject({ name: 'handler_unattended', figure: 1, unit: 'handlers', since: at(2 * 3_600_000 - thresholds.handlerUnattendedMs) });
+    // Figure and threshold in one unit: the longest time without a worker against the allowed time.
+    expect(a).toMatchObject({
+      name: 'handler_unattended', figure: 2 * 3_600_000, threshold: thresholds.handlerUnattendedMs, unit: 'ms',
+      since: at(2 * 3_600_000 - thresholds.handlerUnattendedMs),
+    });
     expect(a!.message).toBe("handler 'old-sms' has 3 waiting jobs and no running worker has had it for 2.0 h: start a process that runs it, or, if it is gone from the code, `rea handlers forget old-sms` (cancels its waiting jobs)");
-    const many = facts({ unattendedHandlers: ['a', 'b', 'c', 'd'].map((name, i) => ({ name, seenAt: at(3_600_000 - i), waiting: 1 })) });
-    expect(evaluateAlerts(many, thresholds, NOW)[0]!.message).toMatch(/^4 handlers have waiting jobs and no running worker \('a': 1 waiting job, 'b': 1 waiting job, 'c': 1 waiting job, …\): .*`rea handlers forget <name>`/);
+    const many = facts({ unattendedHandlers: ['a', 'b', 'c', 'd'].map((name, i) => ({ name, seenAt: at(3_600_000 - i), waiting: 1, stored: i !== 1 })) });
+    const [m] = evaluateAlerts(many, thresholds, NOW);
+    expect(m).toMatchObject({ figure: 3_600_000, threshold: thresholds.handlerUnattendedMs, unit: 'ms' });
+    expect(m!.message).toMatch(/^4 handlers have waiting jobs and no running worker, the longest for 60 min \('a': 1 waiting job, 'b' \(not stored\): 1 waiting job, 'c': 1 waiting job, …\): .*`rea handlers forget <name>`/);
     expect(names(one, { ...thresholds, handlerUnattendedMs: -1 })).toEqual([]);
+  });
+
+  it('handler_unattended also counts jobs waiting for a handler no bus stores (forgotten, then retried by name), since they came due', () => {
+    const f = facts({ unattendedHandlers: [{ name: 'sms', seenAt: at(20 * 60_000), waiting: 2, stored: false }] });
+    const [a] = evaluateAlerts(f, thresholds, NOW);
+    expect(a).toMatchObject({
+      name: 'handler_unattended', figure: 20 * 60_000, threshold: thresholds.handlerUnattendedMs, unit: 'ms',
+      since: at(20 * 60_000 - thresholds.handlerUnattendedMs),
+    });
+    expect(a!.message).toBe("2 waiting jobs of handler 'sms', which no bus stores (it was forgotten), have waited 20 min: start a process that registers it, or `rea handlers forget sms` (cancels them)");
   });
 
   it('endpoint_disabled fires for any disabled webhook endpoint, since the earliest disable; -1 turns it off', () => {

@@ -6,6 +6,9 @@ import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { BusStateError, defineEvents, NotFoundError } from '../src/index.js';
 import { describeTargets, PG_URL, targets, testBus } from './helpers/db.js';
+import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
+import { quoteSchema } from '../src/drivers/postgres/common.js';
+import { PostgresAdminExecutor } from '../src/drivers/postgres/executor-admin.js';
 
 const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -41,6 +44,8 @@ describeTargets('stored handlers on $name', (target) => {
     const alerts = (await v2.overview()).alerts.filter((a) => a.name === 'handler_unattended');
     expect(alerts).toHaveLength(1);
     expect(alerts[0]!.message).toMatch(/^handler 'old-sms' has 1 waiting job and no running worker has had it for .*`rea handlers forget old-sms`/);
+    expect(alerts[0]).toMatchObject({ threshold: UNATTENDED_MS, unit: 'ms' });
+    expect(alerts[0]!.figure).toBeGreaterThan(UNATTENDED_MS);
     const listed = Object.fromEntries((await v2.handlers.list()).map((h) => [h.name, h]));
     expect(listed['old-sms']).toMatchObject({ patterns: ['order.placed'], waiting: 1, running: 0 });
     expect(listed.sms).toMatchObject({ waiting: 0 });
@@ -83,6 +88,74 @@ describeTargets('stored handlers on $name', (target) => {
     expect((await admin.overview()).alerts.map((a) => a.name)).not.toContain('handler_unattended');
     await expect(admin.handlers.forget('slow')).rejects.toThrow(/was had by a running worker at .*: stop it first, or pass force/);
     release();
+  });
+
+  test('forget cancels the waiting jobs in bounded batches; a name whose row is gone but whose jobs wait again (retried by name) has them cancelled', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    await bus.driver.executor.handlerUpsertMany([
+      { name: 'gone', patterns: ['order.placed'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+    ]);
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.placed', { n: 1 }));
+    const n = OPERATOR_BATCH * 2 + 500;
+    // After an outage of days: thousands of waiting jobs of a handler gone from the code, one of
+    // it running, and jobs of another handler that must stay.
+    await target.query(
+      `with ev as (
+         insert into "${s}".events (id, type, payload, fanned_out_at)
+         select gen_random_uuid(), 'order.placed', '{"n":1}', now() from generate_series(1, $2::int) returning id)
+       insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, lease_expires_at)
+       select id, 'handler', 'gone', 5, 1000, case when row_number() over () % 2 = 0 then 'available' else 'retryable' end, null::timestamptz from ev
+       union all select $1::uuid, 'handler', 'gone', 5, 1000, 'running', now() + interval '1 hour'
+       union all select $1::uuid, 'handler', 'other', 5, 1000, 'available', null from generate_series(1, 3)`, [eventId, n]);
+    const changed: number[] = [];
+    const counting = {
+      query: async (text: string, params?: unknown[]) => {
+        const r = await bus.driver.query<Record<string, unknown>>(text, params);
+        const ids = r.rows[0]?.ids;
+        changed.push(Array.isArray(ids) ? ids.length : 0);
+        return r;
+      },
+    } as never;
+    const admin = new PostgresAdminExecutor(counting, quoteSchema(s));
+    expect(await admin.handlerForget({ name: 'gone', unseenForMs: null, now: null })).toMatchObject({ forgotten: true, cancelled: n });
+    // Before, one statement deleted the row and cancelled all of them at once.
+    expect(changed).toEqual([0, OPERATOR_BATCH, OPERATOR_BATCH, 500]);
+    const states = async () => Object.fromEntries((await target.query<{ k: string; n: number }>(
+      `select target || ':' || state as k, count(*)::int as n from "${s}".jobs group by 1`)).map((r) => [r.k, r.n]));
+    expect(await states()).toEqual({ 'gone:cancelled': n, 'gone:running': 1, 'other:available': 3 });
+
+    // An operator retries them by name: they wait for a handler no bus stores. Forgetting the
+    // name again cancels them (it used to say the handler was not found and leave them waiting).
+    expect(await bus.jobs.retry({ state: 'cancelled', handler: 'gone' })).toHaveLength(n);
+    expect(await bus.handlers.forget('gone')).toEqual({ cancelled: n });
+    expect(await states()).toEqual({ 'gone:cancelled': n, 'gone:running': 1, 'other:available': 3 });
+    await expect(bus.handlers.forget('gone')).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  test('jobs of a forgotten handler retried by name wait for nobody: handler_unattended counts them once they are due past the threshold', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false }, alerts: { handlerUnattendedMs: UNATTENDED_MS } });
+    const s = bus.schema;
+    await bus.driver.executor.handlerUpsertMany([
+      { name: 'sms', patterns: ['order.placed'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 },
+    ]);
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.placed', { n: 1 }));
+    await bus.relayOnce();
+    expect(await bus.handlers.forget('sms', { force: true })).toEqual({ cancelled: 1 });
+    const [job] = await bus.jobs.retry({ state: 'cancelled', handler: 'sms' });
+    const unattended = async () => (await bus.overview()).alerts.filter((a) => a.name === 'handler_unattended');
+    // Just retried: not yet past the threshold.
+    expect(await unattended()).toEqual([]);
+    // An hour later (the job came due an hour ago), nothing has run it: no handlers row, no heartbeat.
+    await target.query(`update "${s}".jobs set scheduled_at = now() - interval '1 hour' where id = $1`, [job]);
+    const [alert] = await unattended();
+    expect(alert).toMatchObject({ threshold: UNATTENDED_MS, unit: 'ms' });
+    expect(alert!.figure).toBeGreaterThanOrEqual(3_600_000);
+    expect(alert!.message).toMatch(/^1 waiting job of handler 'sms', which no bus stores \(it was forgotten\), has waited 60 min: .*`rea handlers forget sms` \(cancels them\)$/);
+    // Forgetting the name again cancels it, and the alert clears.
+    expect(await bus.handlers.forget('sms')).toEqual({ cancelled: 1 });
+    expect(await unattended()).toEqual([]);
+    expect((await bus.jobs.forEvent(id)).map((j) => j.state)).toEqual(['cancelled']);
   });
 
   test('jobs.retry by state names a handler no bus registered, with the known ones; a forgotten handler with stored jobs still counts', async () => {

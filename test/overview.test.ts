@@ -73,6 +73,23 @@ describeTargets('overview on $name', (target) => {
     expect(o.discarded).toBe(2);
   });
 
+  test('where the backlog crossed its threshold is looked for only within the exact limit; above it the count alert has no since', async () => {
+    const bus = await testBus(target, events, { ...quiet, overview: { exactCountLimit: 5 }, alerts: { eventsBacklog: 7 } });
+    // One transaction each, so each has its own created_at.
+    for (let i = 0; i < 10; i++) await record(bus, 1);
+    const created = (await target.query(`select created_at from "${bus.schema}".events order by id`)).map((r: any) => new Date(r.created_at));
+    const facts = (backlogThreshold: number) => bus.driver.operations.overviewFacts({ exactLimit: 5, backlogThreshold, handlerUnattendedMs: -1 });
+    expect((await facts(4)).backlogCrossedAt).toEqual(created[4]);
+    expect((await facts(5)).backlogCrossedAt).toEqual(created[5]);
+    // Found, it took an OFFSET walk of threshold entries, however large the threshold was set.
+    expect((await facts(7)).backlogCrossedAt).toBeNull();
+    expect((await facts(-1)).backlogCrossedAt).toBeNull();
+    // Past the exact limit the count is the planner's (analyzed: 10), and the alert has no since.
+    await target.query(`analyze "${bus.schema}".events`);
+    const [alert] = (await bus.overview()).alerts;
+    expect(alert).toMatchObject({ name: 'events_backlog', threshold: 7, unit: 'events', since: null, estimated: true });
+  });
+
   test('alerts fire past their thresholds with their since, and clear after the fix', async () => {
     const clock = new ManualClock();
     const bus = await testBus(target, events, { clock, ...quiet, alerts: { eventsBacklog: 2 } });

@@ -1,11 +1,15 @@
 // Repair actions round-trip through the real relay and worker: requeue poisoned events (fan
 // attempts reset), retry discarded jobs (attempts extended), and cancel waiting jobs only.
-import { expect, it } from 'vitest';
+import pg from 'pg';
+import { expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, OptionsError, permanent } from '../src/index.js';
-import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
-import { JOB_RETRY_BATCH, PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
+import { describeTargets, PG_URL, quickBackoff, testBus } from './helpers/db.js';
+import { PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
+import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
 import { quoteSchema } from '../src/drivers/postgres/common.js';
+import { PostgresExecutor } from '../src/drivers/postgres/executor.js';
+import { postgresStatements } from '../src/drivers/postgres/sql.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -48,6 +52,36 @@ describeTargets('repair on $name', (target) => {
     expect((await bus.events.list({ state: 'poisoned' })).items).toHaveLength(2);
     expect(await bus.events.requeue([a!.toUpperCase()])).toEqual([a]);
     expect(await bus.events.requeue({ poisoned: true })).toEqual([b]);
+  });
+
+  test('events.requeue({ poisoned: true }) goes in bounded batches and requeues every poisoned event once', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    const n = OPERATOR_BATCH * 2 + 500;
+    // Poisoned at only 7 distinct moments (a relay round poisons rows at one now()): batches end
+    // inside runs of equal poisoned_at, where the cursor goes on by id.
+    await target.query(
+      `insert into "${s}".events (id, type, payload, poisoned_at, fan_attempts, last_error)
+       select gen_random_uuid(), 'order.created', '{"orderNo":"P"}', now() - (i % 7) * interval '1 second', 5, 'boom'
+       from generate_series(1, $1::int) i`, [n]);
+    await target.query(`insert into "${s}".events (id, type, payload) values (gen_random_uuid(), 'order.created', '{"orderNo":"F"}')`);
+    const changed: number[] = [];
+    const counting = {
+      query: async (text: string, params?: unknown[]) => {
+        const r = await bus.driver.query<Record<string, unknown>>(text, params);
+        const ids = r.rows[0]?.ids;
+        changed.push(Array.isArray(ids) ? ids.length : r.rows.length);
+        return r;
+      },
+    } as never;
+    const executor = new PostgresExecutor(counting, postgresStatements(quoteSchema(s)));
+    const ids = await executor.eventRequeue({ poisoned: true });
+    expect(new Set(ids).size).toBe(n);
+    // Before, one statement took all of them: every poisoned row locked and returned at once.
+    expect(changed).toEqual([OPERATOR_BATCH, OPERATOR_BATCH, 500]);
+    expect(await target.query(`select count(*)::int as n from "${s}".events where poisoned_at is not null or fan_attempts <> 0 or last_error is not null`))
+      .toEqual([{ n: 0 }]);
+    expect(await bus.events.requeue({ poisoned: true })).toEqual([]);
   });
 
   test('events.get and jobs.forEvent with an id that is not a UUID find nothing, as events.attempts does', async () => {
@@ -170,37 +204,77 @@ describeTargets('repair on $name', (target) => {
     const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
     const s = bus.schema;
     const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'B' })]);
-    const n = JOB_RETRY_BATCH * 2 + 500;
+    const n = OPERATOR_BATCH * 2 + 500;
     // First, a batch of dead letters all left alone (each handler has a job waiting for the event):
     // the retry must go on past a batch that retried nothing.
     await target.query(
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
        select $1::uuid, 'handler', 'x' || i, 5, 1000, 'available', 0, null::timestamptz from generate_series(1, $2::int) i
        union all
-       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, JOB_RETRY_BATCH]);
+       select $1::uuid, 'handler', 'x' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, OPERATOR_BATCH]);
     // Then one dead letter per handler (a job of each of n handlers), as after an outage of days.
     await target.query(
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
        select $1, 'handler', 'h' || i, 5, 1000, 'discarded', 5, now() from generate_series(1, $2::int) i`, [eventId, n]);
-    // Every statement the retry runs, with how many rows it changed.
+    // Every retry statement the retry runs (not the ones that lock a batch's events), with how many rows it changed.
     const changed: number[] = [];
-    const counting = {
+    const counting = (q: { query: typeof bus.driver.query }) => ({
       query: async (text: string, params?: unknown[]) => {
-        const r = await bus.driver.query<Record<string, unknown>>(text, params);
-        const ids = r.rows[0]?.ids;
-        changed.push(Array.isArray(ids) ? ids.length : r.rows.length);
+        const r = await q.query<Record<string, unknown>>(text, params);
+        if (!('ids' in (r.rows[0] ?? {}))) changed.push(r.rows.length);
         return r;
       },
-    } as never;
-    const ops = new PostgresOperationsExecutor(counting, s, quoteSchema(s), (fn) => bus.driver.transaction(fn));
+    }) as never;
+    const ops = new PostgresOperationsExecutor(counting(bus.driver), s, quoteSchema(s), (fn) => bus.driver.transaction((q) => fn(counting(q))));
     const ids = await ops.jobRetry({ state: 'discarded', webhookMaxAttempts: 18, now: null });
     expect(ids).toHaveLength(n);
     expect(new Set(ids).size).toBe(n);
     // Before, one statement took all of them: every row locked and returned at once.
-    expect(Math.max(...changed)).toBe(JOB_RETRY_BATCH);
-    expect(changed).toEqual([0, JOB_RETRY_BATCH, JOB_RETRY_BATCH, 500]);
+    expect(Math.max(...changed)).toBe(OPERATOR_BATCH);
+    expect(changed).toEqual([0, OPERATOR_BATCH, OPERATOR_BATCH, 500]);
     expect(await target.query(`select state, count(*)::int as n from "${s}".jobs group by state order by state`))
-      .toEqual([{ state: 'available', n: n + JOB_RETRY_BATCH }, { state: 'discarded', n: JOB_RETRY_BATCH }]);
+      .toEqual([{ state: 'available', n: n + OPERATOR_BATCH }, { state: 'discarded', n: OPERATOR_BATCH }]);
+  });
+
+  it.skipIf(target.name !== 'postgres' || !target.available)('two jobs.retry at once of dead letters of one handler for one event leave one waiting job, not two', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const s = bus.schema;
+    await bus.driver.executor.handlerUpsertMany([{ name: 'erp', patterns: ['order.created'], coalesceSubject: false, maxAttempts: 5, leaseMs: 35_000, priority: 0 }]);
+    const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'T' })]);
+    await target.query(`update "${s}".events set fanned_out_at = now()`);
+    // The original dead letter and a replay's, as two operators see them on their screens.
+    const [first, second] = (await target.query<{ id: string }>(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       values ($1, 'handler', 'erp', 5, 1000, 'discarded', 5, now()), ($1, 'handler', 'erp', 5, 1000, 'discarded', 5, now())
+       returning id::text as id`, [eventId])).map((r) => r.id);
+    // The first retry is held inside its transaction, after its checks, as it makes its job waiting:
+    // a trigger waits there for an advisory lock this test holds.
+    const holder = new pg.Client({ connectionString: PG_URL });
+    await holder.connect();
+    onTestFinished(() => holder.end());
+    await holder.query('select pg_advisory_lock(4242)');
+    await target.query(`
+      create function "${s}".hold() returns trigger language plpgsql as $$
+      begin
+        if new.id = ${Number(first)} and new.state = 'available' then perform pg_advisory_xact_lock_shared(4242); end if;
+        return new;
+      end $$;
+      create trigger hold before update on "${s}".jobs for each row execute function "${s}".hold()`);
+    const waiting = async (where: string) => (await holder.query(`select count(*)::int as n from pg_locks where not granted and ${where}`)).rows[0].n > 0;
+    const a = bus.jobs.retry([first!]);
+    while (!(await waiting(`locktype = 'advisory'`))) await new Promise((r) => setTimeout(r, 5));
+    // The second retry either finishes (it did: the first one's job was still dead in its
+    // snapshot) or waits for the first one's lock on the event.
+    let bDone = false;
+    const b = bus.jobs.retry([second!]).finally(() => (bDone = true));
+    while (!bDone && !(await waiting(`locktype <> 'advisory'`))) await new Promise((r) => setTimeout(r, 5));
+    await holder.query('select pg_advisory_unlock(4242)');
+    expect(await a).toEqual([first]);
+    expect(await b).toEqual([]);
+    expect(await target.query(`select id::text as id from "${s}".jobs where state in ('available', 'retryable', 'running') order by id`)).toEqual([{ id: first }]);
+    expect(await bus.driver.operations.jobStates({ ids: [second!] })).toEqual([
+      { id: second, state: 'discarded', attempt: 5, eventFound: true, waitingJobId: first },
+    ]);
   });
 
   test('jobs.cancel cancels waiting jobs only, and the worker never runs a cancelled job', async () => {

@@ -14,7 +14,7 @@ export interface Alert {
   /** The observed value that breaches the threshold. */
   figure: number;
   threshold: number;
-  unit: 'events' | 'jobs' | 'ms' | 'endpoints' | 'handlers';
+  unit: 'events' | 'jobs' | 'ms' | 'endpoints';
   /** When the condition started to hold, as far as the rows still in breach tell. */
   since: Date | null;
   /** True when the figure is a planner estimate (see Overview.estimated). */
@@ -49,8 +49,8 @@ export const eventsBacklogAlert: AlertEvaluator = {
     const byCount = on(t.eventsBacklog) && count > t.eventsBacklog;
     const byAge = on(t.eventsBacklogAgeMs) && ageMs !== null && ageMs > t.eventsBacklogAgeMs;
     if (!byCount && !byAge) return null;
-    // Count: the moment the (threshold+1)-th oldest waiting event arrived. Age: the oldest event's
-    // arrival plus the allowed age.
+    // Count: the moment the (threshold+1)-th oldest waiting event arrived (unknown for a threshold
+    // above overview.exactCountLimit: not looked for). Age: the oldest event's arrival plus the allowed age.
     const sinces: number[] = [];
     if (byCount && f.backlogCrossedAt) sinces.push(f.backlogCrossedAt.getTime());
     if (byAge) sinces.push(f.oldestUnfannedAt!.getTime() + t.eventsBacklogAgeMs);
@@ -112,7 +112,10 @@ export const endpointDisabledAlert: AlertEvaluator = {
 /**
  * A handler whose jobs wait while no running worker has it: removed or renamed in the code (the
  * relay keeps routing to its stored subscription, and its events can never be trimmed), or every
- * process that runs it is down. The facts hold only handlers past the threshold.
+ * process that runs it is down; or jobs waiting for a handler no bus stores any more (forgotten,
+ * then retried by name), since they came due. The facts hold only those past the threshold,
+ * longest unseen first. Figure and threshold are both times: how long the longest unattended one
+ * has gone without a worker, against handlerUnattendedMs; the handlers are named in the message.
  */
 export const handlerUnattendedAlert: AlertEvaluator = {
   name: 'handler_unattended',
@@ -120,14 +123,23 @@ export const handlerUnattendedAlert: AlertEvaluator = {
     const list = f.unattendedHandlers;
     if (!on(t.handlerUnattendedMs) || list.length === 0) return null;
     const first = list[0]!;
+    const longestMs = Math.max(0, now - first.seenAt.getTime());
     const jobs = (n: number) => plural(n, 'waiting job');
-    const what = list.length === 1
-      ? `handler '${first.name}' has ${jobs(first.waiting)} and no running worker has had it for ${formatMs(Math.max(0, now - first.seenAt.getTime()))}`
-      : `${list.length} handlers have waiting jobs and no running worker (${list.slice(0, 3).map((h) => `'${h.name}': ${jobs(h.waiting)}`).join(', ')}${list.length > 3 ? ', …' : ''})`;
+    const gone = (h: (typeof list)[number]) => !h.stored;
+    const what = list.length > 1
+      ? `${list.length} handlers have waiting jobs and no running worker, the longest for ${formatMs(longestMs)} (${list.slice(0, 3).map((h) => `'${h.name}'${gone(h) ? ' (not stored)' : ''}: ${jobs(h.waiting)}`).join(', ')}${list.length > 3 ? ', …' : ''})`
+      : gone(first)
+        ? `${jobs(first.waiting)} of handler '${first.name}', which no bus stores (it was forgotten), ${first.waiting === 1 ? 'has' : 'have'} waited ${formatMs(longestMs)}`
+        : `handler '${first.name}' has ${jobs(first.waiting)} and no running worker has had it for ${formatMs(longestMs)}`;
+    const fix = list.length > 1
+      ? 'start a process that runs it, or, if it is gone from the code, `rea handlers forget <name>` (cancels its waiting jobs)'
+      : gone(first)
+        ? `start a process that registers it, or \`rea handlers forget ${first.name}\` (cancels them)`
+        : `start a process that runs it, or, if it is gone from the code, \`rea handlers forget ${first.name}\` (cancels its waiting jobs)`;
     return {
-      name: 'handler_unattended', figure: list.length, threshold: t.handlerUnattendedMs, unit: 'handlers',
+      name: 'handler_unattended', figure: longestMs, threshold: t.handlerUnattendedMs, unit: 'ms',
       since: new Date(first.seenAt.getTime() + t.handlerUnattendedMs), estimated: false,
-      message: `${what}: start a process that runs it, or, if it is gone from the code, \`rea handlers forget ${list.length === 1 ? first.name : '<name>'}\` (cancels its waiting jobs)`,
+      message: `${what}: ${fix}`,
     };
   },
 };

@@ -76,7 +76,7 @@ export interface HandlerSummary {
 }
 
 export interface HandlerForgetResult {
-  /** False when no such handler exists, or it was seen within `unseenForMs`. */
+  /** False when no such handler is stored (its waiting jobs, if any, are cancelled all the same), or it was seen within `unseenForMs`. */
   forgotten: boolean;
   /** Waiting jobs moved to cancelled. */
   cancelled: number;
@@ -94,9 +94,11 @@ export interface AdminExecutor {
   /** The heartbeat of the handlers a running worker has (now, by the database's clock). */
   handlersSeen(params: { names: string[] }): Promise<void>;
   /**
-   * Delete a handler's row (the relay stops making jobs for it) and cancel its waiting jobs, in
-   * one statement; only when no running worker has had it for `unseenForMs` by the database's
-   * clock (null: whatever its heartbeat).
+   * Delete a handler's row (the relay stops making jobs for it), only when no running worker has
+   * had it for `unseenForMs` by the database's clock (null: whatever its heartbeat); then cancel
+   * its waiting jobs in bounded batches, each its own transaction. A handler whose row is gone
+   * already has its waiting jobs cancelled all the same (a forget cut short, or jobs retried by
+   * name since).
    */
   handlerForget(params: { name: string; unseenForMs: number | null; now: Date | null }): Promise<HandlerForgetResult>;
   leaderGet(): Promise<LeaderLease | null>;

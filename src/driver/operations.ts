@@ -29,7 +29,11 @@ export interface OverviewFacts {
   backlog: CountFigure;
   poisoned: CountFigure;
   oldestUnfannedAt: Date | null;
-  /** created_at of the (backlogThreshold + 1)-th oldest unfanned event: when the count crossed the threshold. */
+  /**
+   * created_at of the (backlogThreshold + 1)-th oldest unfanned event: when the count crossed the
+   * threshold. Null when there is none, or the threshold is above the exact-count limit (finding
+   * it would walk that many index entries, more than any count here does).
+   */
   backlogCrossedAt: Date | null;
   /** The earliest poisoned_at among rows still poisoned. */
   poisonedSince: Date | null;
@@ -42,8 +46,11 @@ export interface OverviewFacts {
   /**
    * Handlers no running worker has had (no heartbeat) for longer than the handler_unattended
    * threshold that still have waiting jobs (counted up to the exact limit), longest unseen first.
+   * `stored` false: a name with waiting jobs but no handlers row (forgotten, then its jobs retried
+   * by name), which no bus runs; its seenAt is when the earliest of those jobs came due (among
+   * the first up to the exact limit).
    */
-  unattendedHandlers: { name: string; seenAt: Date; waiting: number }[];
+  unattendedHandlers: { name: string; seenAt: Date; waiting: number; stored: boolean }[];
   /** Every table in rea's schema with pg_total_relation_size (heap, indexes and TOAST), in bytes. */
   tables: { name: string; totalBytes: number }[];
 }
@@ -92,7 +99,9 @@ export interface OperationsExecutor {
    * Reschedule final, unsuccessful jobs now with a fresh allowance of attempts (a handler's current
    * maxAttempts, `webhookMaxAttempts` for a webhook delivery); returns the ids changed. Never a
    * second waiting job of one handler for one event: a job is left alone while another of its
-   * handler for that event waits or runs, and of several for one event only the newest goes.
+   * handler for that event waits or runs, and of several for one event only the newest goes;
+   * the events are locked first, so two retries (or a retry and a replay) of one event's jobs at
+   * once take turns, and the second sees the first one's job. By state, in bounded batches.
    */
   jobRetry(params: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]>;
   /**

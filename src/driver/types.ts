@@ -262,6 +262,7 @@ export interface Executor {
   eventListUnfanned(params: { limit: number }): Promise<string[]>;
   /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */
   eventRecordFanFailure(params: { id: string; error: string; maxFanAttempts: number; now: Date | null }): Promise<{ poisoned: boolean }>;
+  /** Put poisoned events back to the relay (fan attempts reset); every poisoned one goes in bounded batches, each its own transaction. Returns the ids. */
   eventRequeue(params: { ids?: string[]; poisoned?: boolean }): Promise<string[]>;
   eventGet(params: { id: string }): Promise<EventRow | null>;
   /** Events inserted by the transaction `q` is in (for rea/testing assertions). */

@@ -2,6 +2,7 @@
 // and maps rows to rea's own types.
 import type { AdminExecutor, EventListParams, EventState, EventSummary, HandlerForgetResult, HandlerSummary, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
 import type { Queryable } from '../../driver/types.js';
+import { inBatches } from './batches.js';
 import { mapJob } from './executor.js';
 import { patternToLike } from './patterns.js';
 import { postgresAdminStatements, type PostgresAdminStatements } from './sql-admin.js';
@@ -55,9 +56,17 @@ export class PostgresAdminExecutor implements AdminExecutor {
   }
 
   async handlerForget(p: { name: string; unseenForMs: number | null; now: Date | null }): Promise<HandlerForgetResult> {
-    const { rows } = await this.pool.query<Row>(this.sql.handlerForget, [p.name, p.unseenForMs, p.now]);
-    const r = rows[0]!;
-    return { forgotten: r.forgotten > 0, cancelled: r.cancelled, seenAt: r.seen_at ?? null };
+    const { rows } = await this.pool.query<Row>(this.sql.handlerForget, [p.name, p.unseenForMs]);
+    const forgotten = rows[0]!.forgotten > 0;
+    const seenAt: Date | null = rows[0]!.seen_at ?? null;
+    if (!forgotten && seenAt !== null) return { forgotten, cancelled: 0, seenAt };
+    // Forgotten now, or its row was gone already (a forget cut short, or its jobs retried by name
+    // since): its waiting jobs are cancelled either way.
+    const cancelled = await inBatches('0', async (after, size) => {
+      const r = (await this.pool.query<Row>(this.sql.handlerForgetCancel, [p.name, p.now, after, size])).rows[0]!;
+      return { done: r.ids as string[], held: r.n as number, last: r.last_id as string };
+    });
+    return { forgotten, cancelled: cancelled.length, seenAt };
   }
 
   async leaderGet(): Promise<LeaderLease | null> {

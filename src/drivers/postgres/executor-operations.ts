@@ -4,6 +4,7 @@ import type {
   AppTableName, CountFigure, HandlerScheduleRow, OperationsExecutor, OverviewFacts, ReplayFilterParams, ReplayToHandlerResult, RetentionTarget,
 } from '../../driver/operations.js';
 import { JOB_STATES, type JobState, type Queryable } from '../../driver/types.js';
+import { inBatches } from './batches.js';
 import { patternToLike } from './patterns.js';
 import { postgresOperationsStatements, type PostgresOperationsStatements } from './sql-operations.js';
 
@@ -90,8 +91,11 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
 
   async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts> {
     const cap = p.exactLimit + 1;
+    // Where the backlog crossed its threshold is an OFFSET walk of that many index entries: asked
+    // only within the exact limit, as far as a count walks. Past it the count is an estimate too.
+    const crossing = p.backlogThreshold <= p.exactLimit ? p.backlogThreshold : -1;
     const [{ rows }, sizes] = await Promise.all([
-      this.pool.query<Row>(this.sql.overviewFacts, [cap, Math.max(0, p.backlogThreshold), p.handlerUnattendedMs]),
+      this.pool.query<Row>(this.sql.overviewFacts, [cap, crossing, p.handlerUnattendedMs]),
       this.pool.query<Row>(this.sql.tableSizes, [this.schema]),
     ]);
     const r = rows[0]!;
@@ -108,14 +112,14 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       backlog: await figure('backlog'),
       poisoned: await figure('poisoned'),
       oldestUnfannedAt: r.oldest_unfanned_at ?? null,
-      backlogCrossedAt: p.backlogThreshold < 0 ? null : r.backlog_crossed_at ?? null,
+      backlogCrossedAt: crossing < 0 ? null : r.backlog_crossed_at ?? null,
       poisonedSince: r.poisoned_since ?? null,
       jobs,
       discardedSince: r.discarded_since ?? null,
       endpointsDisabled: Number(r.endpoints_disabled ?? 0),
       endpointsDisabledSince: r.endpoints_disabled_since ?? null,
       unattendedHandlers: (typeof r.unattended_handlers === 'string' ? JSON.parse(r.unattended_handlers) : r.unattended_handlers ?? [])
-        .map((h: Row) => ({ name: h.name as string, seenAt: new Date(h.seen_at), waiting: Number(h.waiting) })),
+        .map((h: Row) => ({ name: h.name as string, seenAt: new Date(h.seen_at), waiting: Number(h.waiting), stored: h.stored !== false })),
       tables: sizes.rows.map((t) => ({ name: t.name as string, totalBytes: Number(t.total_bytes) })),
     };
   }
@@ -133,21 +137,26 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
   }
 
   async jobRetry(p: { ids?: string[]; state?: 'discarded' | 'cancelled'; handler?: string; webhookMaxAttempts: number; now: Date | null }): Promise<string[]> {
-    if (p.ids) {
-      if (p.ids.length === 0) return [];
-      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByIds, [p.ids, p.now, p.webhookMaxAttempts]);
-      return rows.map((r) => r.id as string).sort(byNumber);
+    const ids = p.ids;
+    if (ids) {
+      if (ids.length === 0) return [];
+      return this.transaction(async (q) => {
+        await q.query(this.sql.jobRetryLockIds, [ids]);
+        const { rows } = await q.query<Row>(this.sql.jobRetryByIds, [ids, p.now, p.webhookMaxAttempts]);
+        return rows.map((r) => r.id as string).sort(byNumber);
+      });
     }
-    // One statement per batch, oldest first; a job a batch retried is behind the cursor, so one
+    // One transaction per batch, oldest first; a job a batch retried is behind the cursor, so one
     // that fails again meanwhile is not retried twice by this call.
-    const ids: string[] = [];
-    for (let after = '0'; ;) {
-      const { rows } = await this.pool.query<Row>(this.sql.jobRetryByState, [p.state ?? 'discarded', p.now, p.handler ?? null, after, JOB_RETRY_BATCH, p.webhookMaxAttempts]);
-      const r = rows[0]!;
-      ids.push(...(r.ids as string[]));
-      if (r.n < JOB_RETRY_BATCH) return ids.sort(byNumber);
-      after = r.last_id as string;
-    }
+    const state = p.state ?? 'discarded';
+    const handler = p.handler ?? null;
+    const retried = await inBatches('0', (after, size) => this.transaction(async (q) => {
+      const batch = (await q.query<Row>(this.sql.jobRetryLockBatch, [state, handler, after, size])).rows[0]!;
+      const done = batch.n === 0 ? []
+        : (await q.query<Row>(this.sql.jobRetryBatch, [state, p.now, handler, batch.ids, p.webhookMaxAttempts])).rows.map((r) => r.id as string);
+      return { done, held: batch.n as number, last: batch.last_id as string };
+    }));
+    return retried.sort(byNumber);
   }
 
   async eventReplayToHandler(p: { eventId: string; handler: string; now: Date | null }): Promise<ReplayToHandlerResult> {
@@ -197,9 +206,6 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
 }
 
 const byNumber = (a: string, b: string) => Number(a) - Number(b);
-
-/** Jobs a retry by state reschedules per statement. */
-export const JOB_RETRY_BATCH = 1000;
 
 // Names were checked to be plain identifiers before they got here (maintenance/retention.ts);
 // quoting keeps mixed case exact and would neutralize anything that slipped through.

@@ -5,6 +5,7 @@ import type {
   JobFailure, JobRow, Queryable, WebhookFanOut,
 } from '../../driver/types.js';
 import { DEFAULTS } from '../../core/options.js';
+import { inBatches } from './batches.js';
 import { patternToLike } from './patterns.js';
 import type { PostgresStatements } from './sql.js';
 
@@ -123,9 +124,14 @@ export class PostgresExecutor implements Executor {
   }
 
   async eventRequeue(p: { ids?: string[]; poisoned?: boolean }): Promise<string[]> {
-    const { rows } = p.poisoned
-      ? await this.pool.query<Row>(this.sql.eventRequeuePoisoned)
-      : await this.pool.query<Row>(this.sql.eventRequeueByIds, [p.ids ?? []]);
+    if (p.poisoned) {
+      const ids = await inBatches(['-infinity', '00000000-0000-0000-0000-000000000000'], async (after, size) => {
+        const r = (await this.pool.query<Row>(this.sql.eventRequeuePoisoned, [after[0], after[1], size])).rows[0]!;
+        return { done: r.ids as string[], held: r.n as number, last: r.last as string[] };
+      });
+      return [...new Set(ids)];
+    }
+    const { rows } = await this.pool.query<Row>(this.sql.eventRequeueByIds, [p.ids ?? []]);
     return rows.map((r) => r.id as string);
   }
 

@@ -76,27 +76,40 @@ order by h.name`,
 
     handlersSeen: /* sql */ `update ${s}.handlers set seen_at = now() where name = any($1::text[])`,
 
-    // The row goes (so the relay routes nothing more to it) and its waiting jobs are cancelled,
-    // with a line in their history; running jobs are left to finish (or to the rescuer). The last
-    // column reads the row as it was before the delete: why nothing was forgotten.
+    // The row goes (so the relay routes nothing more to it); the last column reads the row as it
+    // was before the delete: why nothing was forgotten. Its waiting jobs go next, in batches
+    // (handlerForgetCancel).
     handlerForget: /* sql */ `
 with gone as (
   delete from ${s}.handlers
   where name = $1 and ($2::float8 is null or seen_at < now() - $2::float8 * interval '1 millisecond')
   returning name
-), cancelled as (
-  update ${s}.jobs
-  set state = 'cancelled', finalized_at = coalesce($3::timestamptz, now()), lease_expires_at = null,
-      errors = errors || jsonb_build_array(jsonb_build_object(
-        'at', coalesce($3::timestamptz, now()), 'attempt', attempt, 'name', 'HandlerForgotten',
-        'message', 'cancelled: its handler was forgotten (rea handlers forget)'))
-  where kind = 'handler' and target = $1 and state in ('available', 'retryable')
-    and exists (select 1 from gone)
-  returning 1
 )
 select (select count(*) from gone)::int as forgotten,
-       (select count(*) from cancelled)::int as cancelled,
        (select seen_at from ${s}.handlers where name = $1) as seen_at`,
+
+    // One batch of a forgotten handler's waiting jobs, cancelled with a line in their history:
+    // the next $4 by id after the cursor $3, while no bus has stored the handler again. Running
+    // jobs are left to finish (or to the rescuer). $1 the handler, $2 now.
+    handlerForgetCancel: /* sql */ `
+with batch as materialized (
+  select j.id from ${s}.jobs j
+  where j.kind = 'handler' and j.target = $1 and j.state in ('available', 'retryable') and j.id > $3::bigint
+    and not exists (select 1 from ${s}.handlers h where h.name = $1)
+  order by j.id
+  limit $4
+), cancelled as (
+  update ${s}.jobs j
+  set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_expires_at = null,
+      errors = errors || jsonb_build_array(jsonb_build_object(
+        'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'HandlerForgotten',
+        'message', 'cancelled: its handler was forgotten (rea handlers forget)'))
+  from batch b
+  where j.id = b.id and j.state in ('available', 'retryable')
+  returning j.id
+)
+select (select coalesce(array_agg(id::text), '{}') from cancelled) as ids,
+       (select max(id)::text from batch) as last_id, (select count(*)::int from batch) as n`,
 
     leaderGet: /* sql */ `
 select leader_id, elected_at, expires_at, now() as read_at

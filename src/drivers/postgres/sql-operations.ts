@@ -68,34 +68,31 @@ select count(*)::int as n from victims`;
   // total of every allowance so far, and taken as the allowance it doubled with each retry. Jobs
   // whose event retention already removed are left alone: they could only fail again.
   //
-  // The event is locked (for key share) so that an events retention pass either sees the job
-  // waiting or has deleted the event before this finds it (see retentionLockEvents).
-  //
   // A handler's job is left alone while another job of that handler for the same event waits or
   // runs (a replay made one), and of several it would retry for one event (the dead letter and a
   // replay's) only the newest goes: two jobs would run the handler twice at once, which
-  // events.replay refuses for the same reason. `filter` is given the alias to apply to.
+  // events.replay refuses for the same reason. `pick` chooses the jobs to retry, `among` the
+  // jobs a newer one of which goes instead; each is given the alias to apply to.
   //
-  // Batched (by state): the batch is the next $5 jobs by id after the cursor $4 that match the
-  // filter, chosen before the checks above, which then run on those rows only (run on every match
-  // before the limit, they made a retry of 100,000 dead letters take minutes). The statement says
-  // where the batch ended and how many it held, so a batch whose jobs were all left alone goes on.
-  const jobRetry = (filter: (alias: string) => string, batched: boolean, webhookMax: string) => /* sql */ `
-with ${batched ? /* sql */ `batch as materialized (
-  select j.id from ${s}.jobs j
-  where ${filter('j')} and j.id > $4::bigint
-  order by j.id
-  limit $5
-), ` : ''}picked as (
+  // A retry runs in two statements of one transaction. The first locks the events of its jobs
+  // (jobRetryLockIds, jobRetryLockBatch: for no key update, in id order), as events.replay does;
+  // this second one, with a snapshot taken after those locks, then sees a job that a concurrent
+  // retry or replay of the same event committed meanwhile. Checked in one statement from a
+  // snapshot taken before its locks, two operators retrying dead letters of one handler for one
+  // event at once each found the other's still dead and both went: two waiting jobs. The same
+  // lock keeps an events retention pass from deleting the event under the retried job (its
+  // victims are locked for update, skip locked; see retentionLockEvents).
+  const jobRetry = (pick: (alias: string) => string, among: (alias: string) => string, webhookMax: string) => /* sql */ `
+with picked as (
   select j.id, coalesce(h.max_attempts, case when j.kind = 'webhook' then ${webhookMax}::int end, j.max_attempts) as allowance
-  from ${batched ? `batch b join ${s}.jobs j on j.id = b.id` : `${s}.jobs j`}
+  from ${s}.jobs j
   join ${s}.events e on e.id = j.event_id
   left join ${s}.handlers h on j.kind = 'handler' and h.name = j.target
-  where ${filter('j')}
+  where ${pick('j')}
     and not (j.kind = 'handler' and exists (
       select 1 from ${s}.jobs o
       where o.event_id = j.event_id and o.kind = 'handler' and o.target = j.target and o.id <> j.id
-        and (o.state = any (${BUSY}) or (o.id > j.id and ${filter('o')}))))
+        and (o.state = any (${BUSY}) or (o.id > j.id and ${among('o')}))))
   for update of j skip locked
   for key share of e
 ), retried as (
@@ -106,9 +103,18 @@ with ${batched ? /* sql */ `batch as materialized (
   where j.id = picked.id
   returning j.id
 )
-${batched
-    ? 'select (select coalesce(array_agg(id::text), \'{}\') from retried) as ids, (select max(id)::text from batch) as last_id, (select count(*)::int from batch) as n'
-    : 'select id::text as id from retried'}`;
+select id::text as id from retried`;
+
+  const lockEventsOf = (jobs: string) => /* sql */ `
+select e.id from ${s}.events e
+where e.id in (select j.event_id from ${jobs} j)
+order by e.id
+for no key update of e`;
+
+  const retryByIds = (a: string) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`;
+  // $state the state, $handler null or a handler's name.
+  const retryByState = (a: string, state: string, handler: string) =>
+    `${a}.state = ${state} and ${a}.finalized_at is not null and (${handler}::text is null or (${a}.kind = 'handler' and ${a}.target = ${handler}))`;
 
   // Events go in two statements of one transaction: the first locks the victims, the second,
   // with a snapshot taken after those locks, deletes those that are still unawaited. One
@@ -199,8 +205,9 @@ select
   ${capped(`${s}.events`, 'poisoned_at is not null')} as poisoned,
   (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
      order by id limit 1) as oldest_unfanned_at,
-  (select created_at from ${s}.events where fanned_out_at is null and poisoned_at is null
-     order by id offset $2 limit 1) as backlog_crossed_at,
+  -- $2 < 0: not asked (the executor asks only for a threshold within the exact limit).
+  (select created_at from ${s}.events where $2::int >= 0 and fanned_out_at is null and poisoned_at is null
+     order by id offset greatest($2::int, 0) limit 1) as backlog_crossed_at,
   (select min(poisoned_at) from ${s}.events where poisoned_at is not null) as poisoned_since,
   ${capped(`${s}.jobs`, `state = 'available'`)} as available,
   ${capped(`${s}.jobs`, `state = 'retryable'`)} as retryable,
@@ -211,14 +218,32 @@ select
   (select min(finalized_at) from ${s}.jobs where state = 'discarded' and finalized_at is not null) as discarded_since,
   (select count(*) from ${s}.endpoints where state = 'disabled')::int as endpoints_disabled,
   (select min(disabled_at) from ${s}.endpoints where state = 'disabled') as endpoints_disabled_since,
-  -- Handlers no running worker has had for $3 ms (-1: not asked) that still have waiting jobs.
-  (select coalesce(json_agg(json_build_object('name', u.name, 'seen_at', u.seen_at, 'waiting', u.waiting) order by u.seen_at, u.name), '[]'::json)
-   from (select h.name, h.seen_at,
+  -- Handlers no running worker has had for $3 ms (-1: not asked) that still have waiting jobs;
+  -- and names with waiting jobs but no handlers row (forgotten, then retried by name: nothing
+  -- runs them), since the earliest of those jobs (among the first $1) came due. Those names are
+  -- found by skipping from one target to the next through jobs_claim_idx: one probe a name.
+  (select coalesce(json_agg(json_build_object('name', u.name, 'seen_at', u.seen_at, 'waiting', u.waiting, 'stored', u.stored) order by u.seen_at, u.name), '[]'::json)
+   from (select h.name, h.seen_at, true as stored,
            (select count(*) from (select 1 from ${s}.jobs j
               where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = h.name limit $1) w)::int as waiting
          from ${s}.handlers h
-         where $3::float8 >= 0 and h.seen_at < now() - $3::float8 * interval '1 millisecond') u
-   where u.waiting > 0) as unattended_handlers`,
+         where $3::float8 >= 0 and h.seen_at < now() - $3::float8 * interval '1 millisecond'
+         union all
+         select t.target, (select min(j.scheduled_at) from (select j.scheduled_at from ${s}.jobs j
+              where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = t.target limit $1) j), false,
+           (select count(*) from (select 1 from ${s}.jobs j
+              where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = t.target limit $1) w)::int
+         from (with recursive targets as (
+                 (select j.target from ${s}.jobs j where j.state in ('available', 'retryable') and j.kind = 'handler'
+                  order by j.kind, j.target limit 1)
+                 union all
+                 select (select j.target from ${s}.jobs j
+                         where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target > p.target
+                         order by j.kind, j.target limit 1)
+                 from targets p where p.target is not null)
+               select target from targets where target is not null) t
+         where $3::float8 >= 0 and not exists (select 1 from ${s}.handlers h where h.name = t.target)) u
+   where u.waiting > 0 and u.seen_at < now() - $3::float8 * interval '1 millisecond') as unattended_handlers`,
 
     /** The planner's row estimate for one figure, used once the exact count passed the limit. */
     estimate: {
@@ -322,13 +347,32 @@ with waiting as (
 )
 select (select count(*) from inserted)::int as replayed, (select count(*) from waiting)::int as skipped`,
 
-    jobRetryByIds: jobRetry((a) => `${a}.id = any($1::bigint[]) and ${a}.state in ('discarded', 'cancelled')`, false, '$3'),
-    // In batches of $5 by id after the cursor $4: "retry every dead letter" after an endpoint or a
-    // handler was down for days is one statement per batch, not one holding every row at once.
-    jobRetryByState: jobRetry(
-      (a) => `${a}.state = $1 and ${a}.finalized_at is not null and ($3::text is null or (${a}.kind = 'handler' and ${a}.target = $3))`,
-      true,
-      '$6',
+    // $1 the job ids: the events of all of them, whatever their state, so none the retry takes is unlocked.
+    jobRetryLockIds: /* sql */ `select count(*)::int as n from (${lockEventsOf(`(select event_id from ${s}.jobs where id = any($1::bigint[]))`)}) l`,
+    // $1 the job ids, $2 now, $3 webhooks.maxAttempts.
+    jobRetryByIds: jobRetry(retryByIds, retryByIds, '$3'),
+
+    // By state, in batches: "retry every dead letter" after an endpoint or a handler was down for
+    // days is one transaction per batch, not one holding every row at once. The batch is the next
+    // $4 jobs by id after the cursor $3 that match ($1 the state, $2 null or a handler), chosen
+    // before the checks, which then run on those rows only (run on every match before the limit,
+    // they made a retry of 100,000 dead letters take minutes); their events are locked. The
+    // statement says where the batch ended and how many it held, so a batch whose jobs were all
+    // left alone goes on.
+    jobRetryLockBatch: /* sql */ `
+with batch as materialized (
+  select j.id, j.event_id from ${s}.jobs j
+  where ${retryByState('j', '$1', '$2')} and j.id > $3::bigint
+  order by j.id
+  limit $4
+), locked as (${lockEventsOf('batch')})
+select (select coalesce(array_agg(id::text), '{}') from batch) as ids, (select max(id)::text from batch) as last_id,
+       (select count(*)::int from batch) as n, (select count(*)::int from locked) as locked`,
+    // $1 the state, $2 now, $3 null or a handler, $4 the batch's job ids, $5 webhooks.maxAttempts.
+    jobRetryBatch: jobRetry(
+      (a) => `${a}.id = any($4::bigint[]) and ${retryByState(a, '$1', '$3')}`,
+      (a) => retryByState(a, '$1', '$3'),
+      '$5',
     ),
 
     // Only waiting jobs: a running job's handler may already have made its effect, so calling it

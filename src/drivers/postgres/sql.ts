@@ -277,10 +277,23 @@ update ${s}.events set poisoned_at = null, fan_attempts = 0, last_error = null
 where id = any($1::uuid[]) and poisoned_at is not null
 returning id::text as id`,
 
+    // "Requeue every poisoned event", one batch per statement: the next $3 by (poisoned_at, id)
+    // after the cursor ($1, $2), a range of events_poisoned_idx. A row requeued leaves the index;
+    // one poisoned again meanwhile sorts after the cursor and may be taken again by the same call.
     eventRequeuePoisoned: /* sql */ `
-update ${s}.events set poisoned_at = null, fan_attempts = 0, last_error = null
-where poisoned_at is not null
-returning id::text as id`,
+with batch as materialized (
+  select id, poisoned_at from ${s}.events
+  where poisoned_at is not null and poisoned_at >= $1::timestamptz and (poisoned_at, id) > ($1::timestamptz, $2::uuid)
+  order by poisoned_at, id
+  limit $3
+), requeued as (
+  update ${s}.events e set poisoned_at = null, fan_attempts = 0, last_error = null
+  from batch b
+  where e.id = b.id and e.poisoned_at is not null
+  returning e.id
+)
+select (select coalesce(array_agg(id::text), '{}') from requeued) as ids, (select count(*)::int from batch) as n,
+       (select array[poisoned_at::text, id::text] from batch order by poisoned_at desc, id desc limit 1) as last`,
 
     // Rows this very transaction inserted, its savepoints included. A row written inside a
     // savepoint (an ORM's nested transaction) carries the savepoint's own transaction id, which is
