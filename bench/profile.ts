@@ -38,7 +38,7 @@ export async function profileStatements(schema: string, n: number, explain = fal
   try {
     await c.query(`vacuum analyze "${schema}".events`);
     const fanOut = { name: 'p_fan_out', text: sql.eventFanOut, values: [ROUND, null, 18, 30_000, 300_000] };
-    const claim = { name: 'p_claim', text: sql.jobClaim, values: [['handler'], ['noop'], [ROUND], ROUND, null, 'profile', [35_000]] };
+    const claim = { name: 'p_claim', text: sql.jobClaim, values: [['handler'], ['noop'], [ROUND], ROUND, null, 'profile', [35_000], [null], [], [], []] };
     if (explain) {
       // One round of each inside a rolled-back transaction, so the measured rounds start from the same rows.
       for (const [label, q] of [['fan-out', fanOut], ['claim (after one fan-out)', claim]] as const) {
