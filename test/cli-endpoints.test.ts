@@ -115,6 +115,31 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(again).toMatchObject({ code: 2, err: `rea: endpoint ${id} not found` });
   });
 
+  it('attempts of an id that is neither an endpoint nor in the attempt log is not found; a deleted endpoint\'s log is still listed', async () => {
+    // Before, an unknown id printed "no attempts" and exited 0, like a real endpoint never called.
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema, '--allow-private-networks'];
+    const r = await receiver();
+    const called = (await rea('endpoints', 'add', r.url, '--events', 'order.*', ...db)).out.split(/\s+/)[0]!;
+    const quietOne = (await rea('endpoints', 'add', r.url, '--events', 'order.*', ...db)).out.split(/\s+/)[0]!;
+    expect((await rea('endpoints', 'test', called, ...db)).code).toBe(0);
+
+    expect(await rea('endpoints', 'attempts', quietOne, ...db)).toMatchObject({ code: 0, out: 'no attempts' });
+    expect(await rea('endpoints', 'attempts', quietOne, '--json', ...db)).toMatchObject({ code: 0, out: '[]' });
+
+    expect((await rea('endpoints', 'delete', called, '--yes', ...db)).code).toBe(0);
+    const kept = await rea('endpoints', 'attempts', called, ...db);
+    expect(kept.code).toBe(0);
+    expect(kept.out).toMatch(/^\d{4}-\S+Z {2}success {3}200 +\d+ ms {2}#1 test {2}ok$/);
+
+    const unknown = '0190a4b2-0000-7000-8000-000000000000';
+    expect(await rea('endpoints', 'attempts', unknown, ...db)).toMatchObject({ code: 2, out: '', err: `rea: endpoint ${unknown} not found` });
+    const json = await rea('endpoints', 'attempts', unknown, '--json', ...db);
+    expect(json.code).toBe(2);
+    expect(json.out).toBe('');
+    expect(JSON.parse(json.err)).toEqual({ error: { code: 'ERR_NOT_FOUND', message: `endpoint ${unknown} not found` } });
+  });
+
   it('test exits 1 when the endpoint does not answer 2xx', async () => {
     const bus = await testBus(postgresTarget, events, quiet);
     const db = ['--database-url', PG_URL, '--schema', bus.schema];

@@ -4,7 +4,7 @@
 import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
-import { postgresStatements } from '../src/drivers/postgres/sql.js';
+import { CLAIM_LOOKAHEAD, postgresStatements } from '../src/drivers/postgres/sql.js';
 import { postgresAdminStatements } from '../src/drivers/postgres/sql-admin.js';
 import { postgresOperationsStatements } from '../src/drivers/postgres/sql-operations.js';
 import { describeTargets, testBus, type Target } from './helpers/db.js';
@@ -80,5 +80,44 @@ describeTargets('plans on $name', (target) => {
     expect((await bus.jobs.cancel(['1', '2', '3'])).map(String).sort()).toEqual(['1', '2']);
     const states = await target.query<{ id: string; state: string }>(`select id::text as id, state from ${s}.jobs where id <= 3 order by id`);
     expect(states.map((r) => r.state)).toEqual(['cancelled', 'cancelled', 'running']);
+  });
+  test('a webhook claim with an endpoint at its cap reads around that endpoint\'s due backlog, not through it', async () => {
+    // Before, the endpoints at their cap were skipped by a filter on heap rows in the
+    // jobs_claim_any_idx scan: 50,000 due deliveries of the full endpoint ahead of the others
+    // meant every claim read all 50,000 (about 1,100 buffers) before it reached another's.
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const s = `"${bus.schema}"`;
+    const sql = postgresStatements(s);
+    const backlog = 50_000;
+    const jobs = (n: number, targetOf: string, from: string) => target.query(`insert into ${s}.jobs (event_id, kind, target, state, max_attempts, lease_ms, scheduled_at)
+      select gen_random_uuid(), 'webhook', ${targetOf}, 'available', 18, 60000, now() - interval '${from}' + g * interval '1 ms' from generate_series(1, ${n}) g`);
+    await jobs(backlog, `'full'`, '1 day');
+    await jobs(6, `'other' || (g % 2)`, '1 minute');
+    await target.query(`analyze ${s}.jobs`);
+    // As the executor sends them: 'full' is at its cap (4), other1 holds 3 of 4.
+    const claimParams = (full: string[]) => [['webhook'], ['*'], [4], 4, null, 'w1', [60000], [4], full, ['other1'], [3]];
+
+    const [row] = await target.query<{ 'QUERY PLAN': any }>(`explain (analyze, buffers, format json) ${sql.jobClaimCapped}`, claimParams(['full']));
+    const plan = (typeof row!['QUERY PLAN'] === 'string' ? JSON.parse(row!['QUERY PLAN']) : row!['QUERY PLAN'])[0].Plan;
+    const buffers = plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
+    expect(buffers).toBeGreaterThan(0);
+    expect(buffers).toBeLessThan(400);
+    // Same plan shape whichever way round: the rows it claims are the others', other1 only to its room.
+    await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running'`);
+    const claimed = await target.query<{ target: string }>(sql.jobClaimCapped, claimParams(['full']));
+    expect(claimed.map((r) => r.target).sort()).toEqual(['other0', 'other0', 'other0', 'other1']);
+
+    // A short backlog of the full endpoint (fewer than CLAIM_LOOKAHEAD due) is read around too.
+    await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running'`);
+    await target.query(`delete from ${s}.jobs where target = 'full' and id > 10`);
+    expect(CLAIM_LOOKAHEAD).toBeGreaterThan(10);
+    const short = await target.query<{ target: string }>(sql.jobClaimCapped, claimParams(['full']));
+    expect(short.map((r) => r.target).sort()).toEqual(['other0', 'other0', 'other0', 'other1']);
+
+    // With no endpoint at its cap the claim stays on jobs_claim_any_idx, in due order.
+    const common = await planOf(target, sql.jobClaim, claimParams([]));
+    expect(common.includes('"jobs_claim_any_idx"')).toBe(true);
+    await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running'`);
+    expect((await target.query<{ target: string }>(sql.jobClaim, claimParams([]))).map((r) => r.target)).toEqual(['full', 'full', 'full', 'full']);
   });
 });

@@ -196,7 +196,13 @@ export function endpointsCommand(): Command {
       .argument('<id>', 'the endpoint id', endpointId('attempts'))
       .option('--limit <n>', 'how many (1–1000)', wholeNumber(1, 1000), 20)
       .action(async (id: string, flags: Flags & { limit: number }) => {
-        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.attempts(id, { limit: flags.limit }));
+        // The log outlives a deleted endpoint, so it is listed while attempts remain; an id with
+        // neither is not found (as in the HTTP API), not an empty list that hides a typo.
+        const list = await withEndpointsBus(flags, async (bus) => {
+          const attempts = await bus.endpoints.attempts(id, { limit: flags.limit });
+          if (attempts.length === 0 && !(await bus.endpoints.get(id))) throw new NotFoundError(`endpoint ${id}`);
+          return attempts;
+        });
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatAttempt).join('\n') : 'no attempts');
       }),

@@ -175,7 +175,8 @@ export class PostgresExecutor implements Executor {
         }
       }
     }
-    const { rows } = await this.pool.query<Row>(this.sql.jobClaim, [
+    // With a target at its cap, the statement that reads around it rather than through its backlog.
+    const { rows } = await this.pool.query<Row>(full.length > 0 ? this.sql.jobClaimCapped : this.sql.jobClaim, [
       p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
       p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
       p.targets.map((t) => (t.target === '*' && t.perTarget ? t.perTarget.limit : null)), full, heldTargets, heldCounts,
