@@ -273,7 +273,8 @@ export interface Executor {
   jobClaim(params: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]>;
   /** Complete running jobs; a job whose attempt moved on (it was rescued) is left alone. */
   jobCompleteMany(q: Queryable | null, params: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number>;
-  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<number>;
+  /** Record failed attempts; returns the ids of the jobs written (one whose attempt moved on, as it was rescued, is left alone). */
+  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<string[]>;
   /** Give claimed jobs that never started back to the queue, as if they had not been claimed. */
   jobReleaseMany(params: { jobs: { id: string; attempt: number }[] }): Promise<number>;
   /** Return running jobs whose lease expired to the queue (or discard them when out of attempts). */

@@ -50,6 +50,16 @@ interface Done {
   durationMs: number;
 }
 
+interface FailureItem {
+  failure: JobFailure;
+  job: ClaimedJob;
+  discarded: boolean;
+  /** A stand-in record for one the database refused (see the failures batcher's isolate). */
+  refused?: boolean;
+  /** A write of it was sent before (and failed, or its reply was lost). */
+  sent?: boolean;
+}
+
 export class Worker {
   private readonly loop: PollLoop;
   private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort; settled: Promise<void> }>();
@@ -58,7 +68,7 @@ export class Worker {
   private readonly bufferedCount = new Map<string, number>();
   private readonly channels: ReadonlyMap<JobKind, JobChannel>;
   private readonly completions: Batcher<Done>;
-  private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean; refused?: boolean }>;
+  private readonly failures: Batcher<FailureItem>;
   private waitingForSlot = false;
   private stopping = false;
   /** Claimed jobs waiting for a free slot, oldest claim first. */
@@ -130,8 +140,24 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await this.claimsEnded;
-        await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() });
-        for (const item of items) this.emitFailed(item.job, item.failure, item.discarded);
+        // Sent before: a write whose reply was lost may have stored them already (see failedByThisAttempt).
+        const resent = items.filter((i) => i.sent);
+        for (const item of items) item.sent = true;
+        const written = new Set(await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() }));
+        // Fewer rows than failures: some were no longer this attempt's running job (the lease
+        // expired and the rescuer returned it, another worker may run it now). Only what this
+        // attempt recorded is reported as failed or discarded.
+        const missed = resent.filter((i) => !written.has(i.job.id));
+        const stored = missed.length > 0 ? await this.failedByThisAttempt(missed) : new Set<FailureItem>();
+        for (const item of items) {
+          if (written.has(item.job.id) || stored.has(item)) this.emitFailed(item.job, item.failure, item.discarded);
+          else {
+            deps.log.warn(
+              { job_id: item.job.id, attempt: item.job.attempt, err: item.failure.error.message },
+              'a job failed after its lease expired; the rescuer had already returned it to the queue, so this run\'s failure is not recorded',
+            );
+          }
+        }
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job failures failed; will retry'),
       // Error entries are made storable (errors-format), so a refusal here is unexpected; rather
@@ -143,7 +169,7 @@ export class Worker {
           if (item.refused) return; // refused twice: the job's lease expires and the rescuer returns it
           const { error } = item.failure;
           const stand = { at: error.at, attempt: error.attempt, name: 'UnstorableError', message: `the error could not be stored (${errorMessage(err)})` };
-          this.failures.push({ ...item, failure: { ...item.failure, error: stand }, refused: true });
+          this.failures.push({ ...item, failure: { ...item.failure, error: stand }, refused: true, sent: false });
         },
       },
     });
@@ -623,6 +649,15 @@ export class Worker {
       );
       return false;
     });
+  }
+
+  /** Failures sent before, now found as their write left them (its reply was lost, then the retry changed nothing). */
+  private async failedByThisAttempt(items: FailureItem[]): Promise<Set<FailureItem>> {
+    const states = new Map((await this.driver.operations.jobStates({ ids: items.map((i) => i.job.id) })).map((s) => [s.id, s]));
+    return new Set(items.filter((i) => {
+      const s = states.get(i.job.id);
+      return s?.state === i.failure.state && s.attempt === i.failure.attempt - (i.failure.refundAttempt ? 1 : 0);
+    }));
   }
 
   private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean): void {

@@ -198,14 +198,14 @@ export class PostgresExecutor implements Executor {
     return affected(res);
   }
 
-  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<number> {
-    if (p.failures.length === 0) return 0;
+  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<string[]> {
+    if (p.failures.length === 0) return [];
     const f = p.failures;
-    const res = await this.pool.query(this.sql.jobFailMany, [
+    const { rows } = await this.pool.query<Row>(this.sql.jobFailMany, [
       f.map((x) => x.id), f.map((x) => x.attempt), f.map((x) => x.state), f.map((x) => x.scheduledAt),
       f.map((x) => JSON.stringify(x.error)), p.now, f.map((x) => x.refundAttempt === true),
     ]);
-    return affected(res);
+    return rows.map((r) => r.id as string);
   }
 
   async jobReleaseMany(p: { jobs: { id: string; attempt: number }[] }): Promise<number> {

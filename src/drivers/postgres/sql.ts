@@ -443,7 +443,8 @@ set state = d.state,
     lease_expires_at = null,
     errors = j.errors || jsonb_build_array(d.error)
 from d
-where j.id = d.id and j.attempt = d.attempt and j.state = d.running`,
+where j.id = d.id and j.attempt = d.attempt and j.state = d.running
+returning j.id::text as id`,
 
     jobRescue: /* sql */ `
 with stuck as (
