@@ -289,8 +289,11 @@ export class Worker {
     };
   }
 
-  /** End a reservation: start or buffer the jobs the round handed over (none when it failed). */
-  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void {
+  /**
+   * End a reservation: start or buffer the jobs the round handed over (none when it failed).
+   * leasedAt: when the round's statement was sent (performance.now()), no later than the start of their lease.
+   */
+  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[], leasedAt = performance.now()): void {
     let inlineLimit = 0;
     for (const t of reservation.targets) {
       if (t.inline) {
@@ -302,7 +305,7 @@ export class Worker {
       else this.reserved.delete(t.target);
     }
     this.reservedTotal -= reservation.limit - inlineLimit;
-    this.handOver(jobs);
+    this.handOver(jobs, leasedAt);
   }
 
   /**
@@ -322,12 +325,16 @@ export class Worker {
     this.take(jobs, leasedAt);
   }
 
-  /** An inline round's jobs: buffered like any claim; their outcomes go to the round while it is open. */
-  startInline(jobs: InlineJob[]): InlineRound {
+  /**
+   * An inline round's jobs: buffered like any claim, dated from the round's start (`leasedAt`): a
+   * job still running when the round ends gets a row leased from then. Their outcomes go to the
+   * round while it is open.
+   */
+  startInline(jobs: InlineJob[], leasedAt = performance.now()): InlineRound {
     const round = new InlineRound(jobs);
     this.inlineRounds++;
     for (const job of jobs) this.inlineOf.set(job.id, round);
-    if (this.accepting) this.take(jobs);
+    if (this.accepting) this.take(jobs, leasedAt);
     else for (const job of jobs) this.settle(job, { kind: 'released' });
     return round;
   }
@@ -430,6 +437,11 @@ export class Worker {
       return 'none';
     }
     const inlineBefore = this.inlineRounds;
+    // The claim leases its jobs from its statement's now(): they are as old as the statement, not
+    // the reply, which comes late when it waited on a lock or a slow server. Dated from the reply,
+    // a job could start with less than the lease margin left and outlive its lease while inside
+    // its timeout (the rescuer then gives it to a second run).
+    const sentAt = performance.now();
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
     // An inline round that started while the claim was in flight took slots it counted on (a
     // round does not wait for room). What no longer fits goes back to the queue now: left in the
@@ -437,7 +449,7 @@ export class Worker {
     // stale (half the lease margin) or a handler finished.
     const fits = this.inlineRounds === inlineBefore ? jobs.length : Math.max(0, this.room().room);
     for (const job of jobs.slice(fits)) this.releases.push(job);
-    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs);
+    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs, sentAt);
     if (jobs.length >= room) {
       // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;
