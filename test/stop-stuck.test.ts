@@ -98,6 +98,15 @@ describe('a drained batcher', () => {
   });
 
 
+  it('drain() waits for a write in flight no longer than its deadline (a statement stuck on a lock)', async () => {
+    const batcher = new Batcher<number>({ flushMs: 1, maxBatch: 10, onError: () => {}, write: () => new Promise(() => {}) });
+    batcher.push(1);
+    void batcher.flush();
+    const began = performance.now();
+    await batcher.drain(100);
+    expect(performance.now() - began).toBeLessThan(2000);
+  });
+
   it('arms no timer for what a round left running at stop hands it later (its writes would fail on the closed pool for ever)', async () => {
     let writes = 0;
     const batcher = new Batcher<number>({
