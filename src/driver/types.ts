@@ -156,6 +156,11 @@ export interface ClaimedJob {
   event: StoredEvent;
   /** False when the event row is gone (deleted by retention before the job ran). */
   eventFound: boolean;
+  /**
+   * From a claim: how long its lease had run when the claim statement answered (ms, by the
+   * server's clock; a statement that waited on a lock leases its jobs from its start).
+   */
+  leaseAgeMs?: number;
 }
 
 export interface JobErrorEntry {

@@ -437,19 +437,20 @@ export class Worker {
       return 'none';
     }
     const inlineBefore = this.inlineRounds;
+    const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
     // The claim leases its jobs from its statement's now(): they are as old as the statement, not
     // the reply, which comes late when it waited on a lock or a slow server. Dated from the reply,
     // a job could start with less than the lease margin left and outlive its lease while inside
-    // its timeout (the rescuer then gives it to a second run).
-    const sentAt = performance.now();
-    const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
+    // its timeout (the rescuer then gives it to a second run). Not dated from before the call
+    // either: a wait for a pool connection (transactional handlers holding them) is no lease time.
+    const claimedAt = performance.now() - Math.max(0, jobs[0]?.leaseAgeMs ?? 0);
     // An inline round that started while the claim was in flight took slots it counted on (a
     // round does not wait for room). What no longer fits goes back to the queue now: left in the
     // buffer it would wait for a slot here, out of every other process's reach, until it went
     // stale (half the lease margin) or a handler finished.
     const fits = this.inlineRounds === inlineBefore ? jobs.length : Math.max(0, this.room().room);
     for (const job of jobs.slice(fits)) this.releases.push(job);
-    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs, sentAt);
+    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs, claimedAt);
     if (jobs.length >= room) {
       // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;

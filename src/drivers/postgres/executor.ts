@@ -189,6 +189,7 @@ export class PostgresExecutor implements Executor {
         createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
       },
       eventFound: r.event_found === true,
+      leaseAgeMs: r.lease_age_ms,
     }));
   }
 

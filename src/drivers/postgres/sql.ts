@@ -395,7 +395,10 @@ with targets as (
 -- higher-priority job claimed with lower ones runs first.
 select c.id::text as id, c.kind, c.target, c.attempt, c.max_attempts, c.coalesced,
        c.event_id::text as event_id, e.type, e.subject, e.payload, e.trace_id, e.created_by,
-       e.version, (extract(epoch from e.created_at) * 1000)::float8 as created_at_ms, e.id is not null as event_found
+       e.version, (extract(epoch from e.created_at) * 1000)::float8 as created_at_ms, e.id is not null as event_found,
+       -- How long the lease has run by now (from now(), the statement's start, lock waits included):
+       -- the worker dates the jobs from there, not from the reply nor from a wait for a connection.
+       (extract(epoch from clock_timestamp() - now()) * 1000)::float8 as lease_age_ms
 from claimed c
 left join ${s}.events e on e.id = c.event_id
 order by c.priority, c.scheduled_at, c.id`,
