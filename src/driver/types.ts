@@ -132,6 +132,8 @@ export interface FanOutResult {
   inline: InlineJob[];
   /** The round was a lean one (see eventFanOut's lean): routing once per event type, no job rows. */
   lean?: true;
+  /** How long the handed-off jobs' lease had run when the statement answered (ms, server clock), where the driver says. */
+  leaseAgeMs?: number;
 }
 
 export interface StoredEvent {

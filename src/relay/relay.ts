@@ -205,9 +205,6 @@ export class Relay {
       if (reservation?.targets.some((t) => t.inline)) return this.inlineRound(reservation);
     }
     let result: FanOutResult;
-    // Before the statement, so no earlier than its now(), from which handed-off jobs are leased:
-    // a statement that waited on a lock hands over jobs with part of their lease gone.
-    const leasedAt = performance.now();
     try {
       result = await this.driver.executor.eventFanOut(this.driver, {
         limit: this.options.batchSize, now: this.deps.clock.now(), webhook: this.options.webhook, handOff: reservation,
@@ -221,7 +218,9 @@ export class Relay {
       this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
       return this.outcome(await this.rowByRow());
     }
-    if (reservation) this.deps.handOff!.acceptHandOff(reservation, result.handedOff, leasedAt);
+    // Handed-off jobs are leased from the statement's now(): one that waited on a lock hands them
+    // over with part of their lease gone, which the worker counts (not a wait for a connection).
+    if (reservation) this.deps.handOff!.acceptHandOff(reservation, result.handedOff, performance.now() - Math.max(0, result.leaseAgeMs ?? 0));
     this.report(result.eventIds, result.jobs, result.handedOff.length);
     const outcome = this.outcome(result.eventIds.length);
     // A full round that left jobs in the queue means a backlog: its jobs wait for claims, and no

@@ -283,7 +283,11 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
     coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
   }));
   const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
-  if (!inline) return { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
+  if (!inline) {
+    const result: FanOutResult = { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
+    if (typeof row.lease_age_ms === 'number') result.leaseAgeMs = row.lease_age_ms;
+    return result;
+  }
   const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
   const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
     const [maxAttempts, leaseMs, priority] = perTarget[target]!;

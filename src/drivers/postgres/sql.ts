@@ -122,7 +122,10 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
        -- The round's transaction waits for the worker: should this process freeze, the server
        -- ends it after $12 ms idle, and the events go to another process.
        (select set_config('idle_in_transaction_session_timeout', $12::text, true)) as idle_limit,` : ''}
-       (select count(*) from inserted)::int as jobs,
+       (select count(*) from inserted)::int as jobs,${mode === 'handOff' ? /* sql */ `
+       -- How long the handed-off jobs' lease has run by now (from now(), the statement's start):
+       -- the worker dates them from there (a statement that waited on a lock hands over older jobs).
+       (extract(epoch from clock_timestamp() - now()) * 1000)::float8 as lease_age_ms,` : ''}
        -- Jobs and their events as two lists the executor joins by event_id: a join here is planned
        -- as a nested loop over the two CTEs (their row estimates are 1), which cost more than the
        -- rest of the statement at 200 rows.
