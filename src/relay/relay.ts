@@ -33,7 +33,7 @@ export interface RelayOptions {
 /** This process's worker, when it runs: a round's handler jobs go to it without a claim. */
 export interface HandOffTarget {
   reserveHandOff(inline?: { limit: number }): FanOutHandOff | null;
-  /** leasedAt: when the round's statement was sent (performance.now()), from which its handed-off jobs are leased. */
+  /** leasedAt: when the handed-off jobs' lease began (performance.now()), no later than the statement's now(). */
   acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[], leasedAt?: number): void;
 }
 

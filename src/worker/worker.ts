@@ -291,7 +291,7 @@ export class Worker {
 
   /**
    * End a reservation: start or buffer the jobs the round handed over (none when it failed).
-   * leasedAt: when the round's statement was sent (performance.now()), no later than the start of their lease.
+   * leasedAt: when their lease began (performance.now()); the buffer counts their age from there.
    */
   acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[], leasedAt = performance.now()): void {
     let inlineLimit = 0;
