@@ -5,6 +5,7 @@
 // numbers the README's "why is figure 1 where it is" points at; EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of
 // each is printed with `--explain`.
 import pg from 'pg';
+import { jobClaimParams } from '../src/drivers/postgres/executor.js';
 import { postgresStatements } from '../src/drivers/postgres/sql.js';
 import { DATABASE_URL, dropSchema } from './lib/env.js';
 import { serverCpuSeconds } from './lib/server-cpu.js';
@@ -38,7 +39,7 @@ export async function profileStatements(schema: string, n: number, explain = fal
   try {
     await c.query(`vacuum analyze "${schema}".events`);
     const fanOut = { name: 'p_fan_out', text: sql.eventFanOut, values: [ROUND, null, 18, 30_000, 300_000] };
-    const claim = { name: 'p_claim', text: sql.jobClaim, values: [['handler'], ['noop'], [ROUND], ROUND, null, 'profile', [35_000], [null], [], [], []] };
+    const claim = { name: 'p_claim', text: sql.jobClaim, values: jobClaimParams({ workerId: 'profile', targets: [{ kind: 'handler', target: 'noop', limit: ROUND, leaseMs: 35_000 }], limit: ROUND, now: null }).values };
     if (explain) {
       // One round of each inside a rolled-back transaction, so the measured rounds start from the same rows.
       for (const [label, q] of [['fan-out', fanOut], ['claim (after one fan-out)', claim]] as const) {

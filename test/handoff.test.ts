@@ -1,7 +1,8 @@
 // Hand-off: the relay inserts the handler jobs its own process's worker has room for already
 // claimed by that worker, so they run without a claim statement, but never ahead of an older job
 // of the same handler waiting in the queue, and never beyond the room the worker offered.
-import { expect, it, onTestFinished } from 'vitest';
+import pg from 'pg';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { PGliteDriver } from '../src/drivers/pglite/driver.js';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
@@ -10,7 +11,7 @@ import { Lifecycle } from '../src/core/lifecycle.js';
 import type { ClaimedJob, Driver, FanOutHandOff } from '../src/driver/types.js';
 import { createBus, defineEvents } from '../src/index.js';
 import { Relay } from '../src/relay/relay.js';
-import { describeTargets, freshSchema, targets, type Target } from './helpers/db.js';
+import { describeTargets, freshSchema, PG_URL, postgresTarget, targets, testBus, type Target } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'order.created': z.object({ n: z.number() }) });
@@ -175,5 +176,48 @@ describeTargets('hand-off on $name', (target) => {
     expect(seen.size).toBe(600);
     expect([...seen.values()].every((v) => v === 1)).toBe(true);
     expect(handed).toBeGreaterThan(0);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('hand-off rounds that wait on the server, on postgres', () => {
+  it('a job handed off by a round that waited on a lock past half the lease margin goes back to the queue instead of starting on a lease shorter than its timeout', async () => {
+    // The round leases what it hands off from its statement's start (now()); the worker dated the
+    // jobs from the reply, so a round that waited for a table lock handed over jobs with part of
+    // their lease gone, and a handler inside its timeout could outlive the lease.
+    const target = postgresTarget;
+    const timeoutMs = 500;
+    const bus = await testBus(target, events, { worker: { leaseMarginMs: 100 } });
+    const s = bus.schema;
+    const outlasts: boolean[] = [];
+    bus.on('order.created', 'timed', async (_e, ctx) => {
+      // The lease must outlast the run's timeout: the worker aborts the run before the rescuer may take it.
+      const [row] = await target.query(
+        `select lease_expires_at > clock_timestamp() + $2 * interval '1 ms' as outlasts from "${s}".jobs where id = $1`, [ctx.jobId, timeoutMs]);
+      outlasts.push(row.outlasts);
+    }, { timeoutMs });
+    await bus.start();
+    const handed = bus.lifecycle.waitFor('jobs:handed-off');
+    const done = bus.lifecycle.waitFor('job:completed');
+    const locker = new pg.Client({ connectionString: PG_URL });
+    await locker.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`lock table "${s}".jobs in share mode`);
+      await bus.transaction((tx) => bus.record(tx, 'order.created', { n: 1 }));
+      // The relay's round waits behind the lock, its now() (the lease's start) already fixed.
+      await expect.poll(async () => (await target.query(
+        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%with claimed as%' and strpos(query, $1) > 0`,
+        [`"${s}".events`],
+      ))[0].n, { timeout: 5000 }).toBeGreaterThan(0);
+      // The lock held for half the lease: the time passing is the point, not a wait for a signal.
+      await locker.query('select pg_sleep(0.3)');
+      await locker.query('commit');
+      await handed;
+      await done;
+    } finally {
+      await locker.query('rollback').catch(() => {});
+      await locker.end();
+    }
+    expect(outlasts).toEqual([true]);
   });
 });

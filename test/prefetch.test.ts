@@ -1,10 +1,11 @@
 // The worker's prefetch buffer: jobs claimed ahead of free slots start in order, and a job that
 // waits too long to start inside its lease goes back to the queue instead of risking a rescue
 // while it runs.
-import { expect, it } from 'vitest';
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
-import { describeTargets, testBus } from './helpers/db.js';
+import { describeTargets, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'task.queued': z.object({ n: z.number() }) });
@@ -34,5 +35,51 @@ describeTargets('prefetch on $name', (target) => {
     const rows = await target.query(`select state, attempt, count(*)::int as n from "${bus.schema}".jobs group by state, attempt`);
     // A release undoes the claim: no attempt was spent on jobs that never started.
     expect(rows).toEqual([{ state: 'completed', attempt: 1, n: 60 }]);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('claims that wait on the server, on postgres', () => {
+  it('a job whose claim waited on a lock past half the lease margin goes back to the queue instead of starting on a lease shorter than its timeout', async () => {
+    // A claim leases its jobs from the statement's start (now()), but the worker dated them from
+    // its reply: a claim that waited for a table lock (a migration's index build, a VACUUM FULL,
+    // a LOCK TABLE) started its jobs with part of the lease gone, and a handler still inside its
+    // timeout could outlive the lease, so the rescuer gave the job to another run while it ran.
+    const target = postgresTarget;
+    const timeoutMs = 500;
+    const bus = await testBus(target, events, { relay: { handOff: false }, worker: { leaseMarginMs: 100, minPollMs: 5, maxPollMs: 20 } });
+    const s = bus.schema;
+    const outlasts: boolean[] = [];
+    bus.on('task.queued', 'timed', async (_e, ctx) => {
+      // The lease must outlast the run's timeout: the worker aborts the run before the rescuer may take it.
+      const [row] = await target.query(
+        `select lease_expires_at > clock_timestamp() + $2 * interval '1 ms' as outlasts from "${s}".jobs where id = $1`, [ctx.jobId, timeoutMs]);
+      outlasts.push(row.outlasts);
+    }, { timeoutMs });
+    // The subscription as start() stores it, so a round makes the job before the worker runs.
+    await bus.driver.executor.handlerUpsertMany([{ name: 'timed', patterns: ['task.queued'], coalesceSubject: false, maxAttempts: 5, leaseMs: timeoutMs + 100, priority: 0 }]);
+    await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await bus.relayOnce(); // the job waits in the queue: the bus has not started
+    const locker = new pg.Client({ connectionString: PG_URL });
+    await locker.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`lock table "${s}".jobs in share mode`);
+      const done = bus.lifecycle.waitFor('job:completed');
+      const started = bus.start(); // its heartbeat may wait for the lock too
+      // The worker's claim waits behind the lock, its now() (the lease's start) already fixed.
+      await expect.poll(async () => (await target.query(
+        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%with targets as%' and strpos(query, $1) > 0`,
+        [`"${s}".jobs`],
+      ))[0].n, { timeout: 5000 }).toBeGreaterThan(0);
+      // The lock held for half the lease: the time passing is the point, not a wait for a signal.
+      await locker.query('select pg_sleep(0.3)');
+      await locker.query('commit');
+      await started;
+      await done;
+    } finally {
+      await locker.query('rollback').catch(() => {});
+      await locker.end();
+    }
+    expect(outlasts).toEqual([true]);
   });
 });

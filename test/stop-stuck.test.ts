@@ -8,6 +8,7 @@ import { z } from 'zod';
 import { Batcher } from '../src/core/batcher.js';
 import { createBus, defineEvents } from '../src/index.js';
 import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
+import { deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'order.paid': z.object({ orderNo: z.string() }) });
 
@@ -65,6 +66,47 @@ describe.skipIf(!postgresTarget.available)('stop with statements stuck on locks,
 });
 
 describe('a drained batcher', () => {
+  it('drain() waits for the write in flight, and tries again what it failed on (a completion lost at stop runs the job twice)', async () => {
+    // The worker's stop drains its completions with flushMs 1: the write of a job that just ended
+    // is usually in flight then. drain() saw no items pending and returned at once; the write then
+    // failed (its connection dropped), its items went back to a drained batcher, which tries
+    // nothing more, and the job stayed running until the rescuer gave it to another run.
+    const written: number[][] = [];
+    const first = deferred();
+    let calls = 0;
+    const batcher = new Batcher<number>({
+      flushMs: 1, maxBatch: 10, onError: () => {},
+      write: async (items) => {
+        if (calls++ === 0) {
+          await first.promise;
+          throw new Error('Connection terminated unexpectedly');
+        }
+        written.push(items);
+      },
+    });
+    batcher.push(1);
+    await vi.waitFor(() => expect(calls).toBe(1)); // the write is in flight, nothing pending
+    expect(batcher.pending).toBe(0);
+    let drained = false;
+    const drain = batcher.drain(5000).then(() => (drained = true));
+    await new Promise((r) => setImmediate(r));
+    expect(drained).toBe(false); // still waiting for the write in flight
+    first.resolve();
+    await drain;
+    expect(written).toEqual([[1]]);
+    expect(batcher.pending).toBe(0);
+  });
+
+
+  it('drain() waits for a write in flight no longer than its deadline (a statement stuck on a lock)', async () => {
+    const batcher = new Batcher<number>({ flushMs: 1, maxBatch: 10, onError: () => {}, write: () => new Promise(() => {}) });
+    batcher.push(1);
+    void batcher.flush();
+    const began = performance.now();
+    await batcher.drain(100);
+    expect(performance.now() - began).toBeLessThan(2000);
+  });
+
   it('arms no timer for what a round left running at stop hands it later (its writes would fail on the closed pool for ever)', async () => {
     let writes = 0;
     const batcher = new Batcher<number>({

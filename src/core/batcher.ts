@@ -94,6 +94,14 @@ export class Batcher<T> {
   /** Flush until empty, giving up after `deadlineMs` (the database may be gone); then arm no more timers. */
   async drain(deadlineMs: number): Promise<void> {
     const until = Date.now() + deadlineMs;
+    // A write in flight holds its items out of `items`: waited for (within the deadline: it may
+    // wait on a lock), so what it fails on is tried again below instead of handed back to a
+    // batcher that no longer writes.
+    if (this.flushing) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.flushing, new Promise((r) => (timer = setTimeout(r, deadlineMs)))]);
+      clearTimeout(timer);
+    }
     while (this.items.length > 0 && Date.now() < until) {
       await this.flush();
       if (this.items.length > 0) await new Promise((r) => setTimeout(r, Math.min(this.retryDelayMs, Math.max(0, until - Date.now()))));

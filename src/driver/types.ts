@@ -132,6 +132,8 @@ export interface FanOutResult {
   inline: InlineJob[];
   /** The round was a lean one (see eventFanOut's lean): routing once per event type, no job rows. */
   lean?: true;
+  /** How long the handed-off jobs' lease had run when the statement answered (ms, server clock), where the driver says. */
+  leaseAgeMs?: number;
 }
 
 export interface StoredEvent {
@@ -156,6 +158,11 @@ export interface ClaimedJob {
   event: StoredEvent;
   /** False when the event row is gone (deleted by retention before the job ran). */
   eventFound: boolean;
+  /**
+   * From a claim: how long its lease had run when the claim statement answered (ms, by the
+   * server's clock; a statement that waited on a lock leases its jobs from its start).
+   */
+  leaseAgeMs?: number;
 }
 
 export interface JobErrorEntry {
@@ -273,7 +280,8 @@ export interface Executor {
   jobClaim(params: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]>;
   /** Complete running jobs; a job whose attempt moved on (it was rescued) is left alone. */
   jobCompleteMany(q: Queryable | null, params: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number>;
-  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<number>;
+  /** Record failed attempts; returns the ids of the jobs written (one whose attempt moved on, as it was rescued, is left alone). */
+  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<string[]>;
   /** Give claimed jobs that never started back to the queue, as if they had not been claimed. */
   jobReleaseMany(params: { jobs: { id: string; attempt: number }[] }): Promise<number>;
   /** Return running jobs whose lease expired to the queue (or discard them when out of attempts). */

@@ -33,7 +33,8 @@ export interface RelayOptions {
 /** This process's worker, when it runs: a round's handler jobs go to it without a claim. */
 export interface HandOffTarget {
   reserveHandOff(inline?: { limit: number }): FanOutHandOff | null;
-  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void;
+  /** leasedAt: when the handed-off jobs' lease began (performance.now()), no later than the statement's now(). */
+  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[], leasedAt?: number): void;
 }
 
 /** The worker's side of an inline round (see Worker.startInline). */
@@ -41,7 +42,8 @@ export interface InlineTarget extends HandOffTarget {
   readonly workerId: string;
   /** Jobs handed off by a round that has committed; leasedAt: when their lease began (performance.now()). */
   handOver(jobs: ClaimedJob[], leasedAt: number): void;
-  startInline(jobs: InlineJob[]): InlineRound;
+  /** leasedAt: when the round began (performance.now()); a job still running at its end is leased from then. */
+  startInline(jobs: InlineJob[], leasedAt: number): InlineRound;
   closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> };
   endInline(round: InlineRound, committed: boolean): void;
 }
@@ -216,7 +218,9 @@ export class Relay {
       this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
       return this.outcome(await this.rowByRow());
     }
-    if (reservation) this.deps.handOff!.acceptHandOff(reservation, result.handedOff);
+    // Handed-off jobs are leased from the statement's now(): one that waited on a lock hands them
+    // over with part of their lease gone, which the worker counts (not a wait for a connection).
+    if (reservation) this.deps.handOff!.acceptHandOff(reservation, result.handedOff, performance.now() - Math.max(0, result.leaseAgeMs ?? 0));
     this.report(result.eventIds, result.jobs, result.handedOff.length);
     const outcome = this.outcome(result.eventIds.length);
     // A full round that left jobs in the queue means a backlog: its jobs wait for claims, and no
@@ -232,7 +236,8 @@ export class Relay {
     let reserved = true;
     let converted: InlineJobRow[] = [];
     let result: FanOutResult;
-    // Before BEGIN, so no earlier than the statement's now(), from which handed-off jobs are leased.
+    // Before BEGIN, so no earlier than the statement's now(), from which handed-off jobs are leased
+    // (and inline jobs still running at the round's end: eventInlineFinish leases them from now()).
     const leasedAt = performance.now();
     try {
       result = await this.driver.transaction(async (q) => {
@@ -247,7 +252,7 @@ export class Relay {
         // worker gets them once it committed, or they would be completed before they exist.
         handOff.acceptHandOff(reservation, []);
         reserved = false;
-        round = handOff.startInline(r.inline);
+        round = handOff.startInline(r.inline, leasedAt);
         if (this.stopping) round.stopWaiting();
         this.waiting.set(round, performance.now());
         try {

@@ -50,6 +50,16 @@ interface Done {
   durationMs: number;
 }
 
+interface FailureItem {
+  failure: JobFailure;
+  job: ClaimedJob;
+  discarded: boolean;
+  /** A stand-in record for one the database refused (see the failures batcher's isolate). */
+  refused?: boolean;
+  /** A write of it was sent before (and failed, or its reply was lost). */
+  sent?: boolean;
+}
+
 export class Worker {
   private readonly loop: PollLoop;
   private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort; settled: Promise<void> }>();
@@ -58,7 +68,7 @@ export class Worker {
   private readonly bufferedCount = new Map<string, number>();
   private readonly channels: ReadonlyMap<JobKind, JobChannel>;
   private readonly completions: Batcher<Done>;
-  private readonly failures: Batcher<{ failure: JobFailure; job: ClaimedJob; discarded: boolean; refused?: boolean }>;
+  private readonly failures: Batcher<FailureItem>;
   private waitingForSlot = false;
   private stopping = false;
   /** Claimed jobs waiting for a free slot, oldest claim first. */
@@ -130,8 +140,24 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await this.claimsEnded;
-        await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() });
-        for (const item of items) this.emitFailed(item.job, item.failure, item.discarded);
+        // Sent before: a write whose reply was lost may have stored them already (see failedByThisAttempt).
+        const resent = items.filter((i) => i.sent);
+        for (const item of items) item.sent = true;
+        const written = new Set(await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() }));
+        // Fewer rows than failures: some were no longer this attempt's running job (the lease
+        // expired and the rescuer returned it, another worker may run it now). Only what this
+        // attempt recorded is reported as failed or discarded.
+        const missed = resent.filter((i) => !written.has(i.job.id));
+        const stored = missed.length > 0 ? await this.failedByThisAttempt(missed) : new Set<FailureItem>();
+        for (const item of items) {
+          if (written.has(item.job.id) || stored.has(item)) this.emitFailed(item.job, item.failure, item.discarded);
+          else {
+            deps.log.warn(
+              { job_id: item.job.id, attempt: item.job.attempt, err: item.failure.error.message },
+              'a job failed after its lease expired; the rescuer had already returned it to the queue, so this run\'s failure is not recorded',
+            );
+          }
+        }
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job failures failed; will retry'),
       // Error entries are made storable (errors-format), so a refusal here is unexpected; rather
@@ -143,7 +169,7 @@ export class Worker {
           if (item.refused) return; // refused twice: the job's lease expires and the rescuer returns it
           const { error } = item.failure;
           const stand = { at: error.at, attempt: error.attempt, name: 'UnstorableError', message: `the error could not be stored (${errorMessage(err)})` };
-          this.failures.push({ ...item, failure: { ...item.failure, error: stand }, refused: true });
+          this.failures.push({ ...item, failure: { ...item.failure, error: stand }, refused: true, sent: false });
         },
       },
     });
@@ -263,8 +289,11 @@ export class Worker {
     };
   }
 
-  /** End a reservation: start or buffer the jobs the round handed over (none when it failed). */
-  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[]): void {
+  /**
+   * End a reservation: start or buffer the jobs the round handed over (none when it failed).
+   * leasedAt: when their lease began (performance.now()); the buffer counts their age from there.
+   */
+  acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[], leasedAt = performance.now()): void {
     let inlineLimit = 0;
     for (const t of reservation.targets) {
       if (t.inline) {
@@ -276,7 +305,7 @@ export class Worker {
       else this.reserved.delete(t.target);
     }
     this.reservedTotal -= reservation.limit - inlineLimit;
-    this.handOver(jobs);
+    this.handOver(jobs, leasedAt);
   }
 
   /**
@@ -296,12 +325,16 @@ export class Worker {
     this.take(jobs, leasedAt);
   }
 
-  /** An inline round's jobs: buffered like any claim; their outcomes go to the round while it is open. */
-  startInline(jobs: InlineJob[]): InlineRound {
+  /**
+   * An inline round's jobs: buffered like any claim, dated from the round's start (`leasedAt`): a
+   * job still running when the round ends gets a row leased from then. Their outcomes go to the
+   * round while it is open.
+   */
+  startInline(jobs: InlineJob[], leasedAt = performance.now()): InlineRound {
     const round = new InlineRound(jobs);
     this.inlineRounds++;
     for (const job of jobs) this.inlineOf.set(job.id, round);
-    if (this.accepting) this.take(jobs);
+    if (this.accepting) this.take(jobs, leasedAt);
     else for (const job of jobs) this.settle(job, { kind: 'released' });
     return round;
   }
@@ -405,13 +438,19 @@ export class Worker {
     }
     const inlineBefore = this.inlineRounds;
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
+    // The claim leases its jobs from its statement's now(): they are as old as the statement, not
+    // the reply, which comes late when it waited on a lock or a slow server. Dated from the reply,
+    // a job could start with less than the lease margin left and outlive its lease while inside
+    // its timeout (the rescuer then gives it to a second run). Not dated from before the call
+    // either: a wait for a pool connection (transactional handlers holding them) is no lease time.
+    const claimedAt = performance.now() - Math.max(0, jobs[0]?.leaseAgeMs ?? 0);
     // An inline round that started while the claim was in flight took slots it counted on (a
     // round does not wait for room). What no longer fits goes back to the queue now: left in the
     // buffer it would wait for a slot here, out of every other process's reach, until it went
     // stale (half the lease margin) or a handler finished.
     const fits = this.inlineRounds === inlineBefore ? jobs.length : Math.max(0, this.room().room);
     for (const job of jobs.slice(fits)) this.releases.push(job);
-    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs);
+    this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs, claimedAt);
     if (jobs.length >= room) {
       // Claim again once slots free up and the buffer runs low.
       this.waitingForSlot = true;
@@ -623,6 +662,15 @@ export class Worker {
       );
       return false;
     });
+  }
+
+  /** Failures sent before, now found as their write left them (its reply was lost, then the retry changed nothing). */
+  private async failedByThisAttempt(items: FailureItem[]): Promise<Set<FailureItem>> {
+    const states = new Map((await this.driver.operations.jobStates({ ids: items.map((i) => i.job.id) })).map((s) => [s.id, s]));
+    return new Set(items.filter((i) => {
+      const s = states.get(i.job.id);
+      return s?.state === i.failure.state && s.attempt === i.failure.attempt - (i.failure.refundAttempt ? 1 : 0);
+    }));
   }
 
   private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean): void {

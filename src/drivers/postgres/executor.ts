@@ -161,26 +161,9 @@ export class PostgresExecutor implements Executor {
 
   async jobClaim(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]> {
     if (p.targets.length === 0 || p.limit <= 0) return [];
-    // Targets held per capped '*' target, flattened: only webhooks have one (keyed by endpoint id).
-    const full: string[] = [];
-    const heldTargets: string[] = [];
-    const heldCounts: number[] = [];
-    for (const t of p.targets) {
-      if (t.target !== '*' || !t.perTarget) continue;
-      for (const h of t.perTarget.held) {
-        if (h.count >= t.perTarget.limit) full.push(h.target);
-        else if (h.count > 0) {
-          heldTargets.push(h.target);
-          heldCounts.push(h.count);
-        }
-      }
-    }
+    const { capped, values } = jobClaimParams(p);
     // With a target at its cap, the statement that reads around it rather than through its backlog.
-    const { rows } = await this.pool.query<Row>(full.length > 0 ? this.sql.jobClaimCapped : this.sql.jobClaim, [
-      p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
-      p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
-      p.targets.map((t) => (t.target === '*' && t.perTarget ? t.perTarget.limit : null)), full, heldTargets, heldCounts,
-    ]);
+    const { rows } = await this.pool.query<Row>(capped ? this.sql.jobClaimCapped : this.sql.jobClaim, values);
     return rows.map((r) => ({
       id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
       coalesced: r.coalesced,
@@ -190,6 +173,7 @@ export class PostgresExecutor implements Executor {
         createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
       },
       eventFound: r.event_found === true,
+      leaseAgeMs: r.lease_age_ms,
     }));
   }
 
@@ -199,14 +183,14 @@ export class PostgresExecutor implements Executor {
     return affected(res);
   }
 
-  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<number> {
-    if (p.failures.length === 0) return 0;
+  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<string[]> {
+    if (p.failures.length === 0) return [];
     const f = p.failures;
-    const res = await this.pool.query(this.sql.jobFailMany, [
+    const { rows } = await this.pool.query<Row>(this.sql.jobFailMany, [
       f.map((x) => x.id), f.map((x) => x.attempt), f.map((x) => x.state), f.map((x) => x.scheduledAt),
       f.map((x) => JSON.stringify(x.error)), p.now, f.map((x) => x.refundAttempt === true),
     ]);
-    return affected(res);
+    return rows.map((r) => r.id as string);
   }
 
   async jobReleaseMany(p: { jobs: { id: string; attempt: number }[] }): Promise<number> {
@@ -283,11 +267,44 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
     coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
   }));
   const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
-  if (!inline) return { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
+  if (!inline) {
+    const result: FanOutResult = { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
+    if (typeof row.lease_age_ms === 'number') result.leaseAgeMs = row.lease_age_ms;
+    return result;
+  }
   const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
   const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
     const [maxAttempts, leaseMs, priority] = perTarget[target]!;
     return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: events.get(eventId)!, eventFound: true, leaseMs, priority };
   });
   return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
+}
+
+/**
+ * jobClaim's parameters ($1-$11), and whether a target is at its cap (then the statement is
+ * jobClaimCapped). Exported for the benchmark's profile, which runs the statement itself.
+ */
+export function jobClaimParams(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): { capped: boolean; values: unknown[] } {
+  // Targets held per capped '*' target, flattened: only webhooks have one (keyed by endpoint id).
+  const full: string[] = [];
+  const heldTargets: string[] = [];
+  const heldCounts: number[] = [];
+  for (const t of p.targets) {
+    if (t.target !== '*' || !t.perTarget) continue;
+    for (const h of t.perTarget.held) {
+      if (h.count >= t.perTarget.limit) full.push(h.target);
+      else if (h.count > 0) {
+        heldTargets.push(h.target);
+        heldCounts.push(h.count);
+      }
+    }
+  }
+  return {
+    capped: full.length > 0,
+    values: [
+      p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
+      p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
+      p.targets.map((t) => (t.target === '*' && t.perTarget ? t.perTarget.limit : null)), full, heldTargets, heldCounts,
+    ],
+  };
 }

@@ -169,7 +169,10 @@ ${capped ? cappedCtes : ''}
 -- higher-priority job claimed with lower ones runs first.
 select c.id::text as id, c.kind, c.target, c.attempt, c.max_attempts, c.coalesced,
        c.event_id::text as event_id, e.type, e.subject, e.payload, e.trace_id, e.created_by,
-       e.version, (extract(epoch from e.created_at) * 1000)::float8 as created_at_ms, e.id is not null as event_found
+       e.version, (extract(epoch from e.created_at) * 1000)::float8 as created_at_ms, e.id is not null as event_found,
+       -- How long the lease has run by now (from now(), the statement's start, lock waits included):
+       -- the worker dates the jobs from there, not from the reply nor from a wait for a connection.
+       (extract(epoch from clock_timestamp() - now()) * 1000)::float8 as lease_age_ms
 from claimed c
 left join ${s}.events e on e.id = c.event_id
 order by c.priority, c.scheduled_at, c.id`;
@@ -295,7 +298,10 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
        -- The round's transaction waits for the worker: should this process freeze, the server
        -- ends it after $12 ms idle, and the events go to another process.
        (select set_config('idle_in_transaction_session_timeout', $12::text, true)) as idle_limit,` : ''}
-       (select count(*) from inserted)::int as jobs,
+       (select count(*) from inserted)::int as jobs,${mode === 'handOff' ? /* sql */ `
+       -- How long the handed-off jobs' lease has run by now (from now(), the statement's start):
+       -- the worker dates them from there (a statement that waited on a lock hands over older jobs).
+       (extract(epoch from clock_timestamp() - now()) * 1000)::float8 as lease_age_ms,` : ''}
        -- Jobs and their events as two lists the executor joins by event_id: a join here is planned
        -- as a nested loop over the two CTEs (their row estimates are 1), which cost more than the
        -- rest of the statement at 200 rows.
@@ -557,7 +563,8 @@ set state = d.state,
     lease_expires_at = null,
     errors = j.errors || jsonb_build_array(d.error)
 from d
-where j.id = d.id and j.attempt = d.attempt and j.state = d.running`,
+where j.id = d.id and j.attempt = d.attempt and j.state = d.running
+returning j.id::text as id`,
 
     jobRescue: /* sql */ `
 with stuck as (
