@@ -20,11 +20,20 @@ export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]
 }
 
 /**
+ * What expectRecorded matches a payload against: any part of it, at any depth, as the match is
+ * made (an object's properties may be left out, nested ones too; an array's items are matched
+ * from its first).
+ */
+export type PartialPayload<T> = T extends readonly (infer U)[]
+  ? readonly PartialPayload<U>[]
+  : T extends object ? { [K in keyof T]?: PartialPayload<T[K]> } : T;
+
+/**
  * Throws unless `tx` recorded an event of `type` whose payload contains `payload` (a partial match).
  * Returns the matching event.
  */
 export async function expectRecorded<S extends EventSchemas, T extends EventType<S>>(
-  bus: Bus<S>, tx: unknown, type: T, payload?: Partial<PayloadOutput<S, T>>,
+  bus: Bus<S>, tx: unknown, type: T, payload?: PartialPayload<PayloadOutput<S, T>>,
 ): Promise<EventRow> {
   const rows = await recordedIn(bus, tx);
   const found = rows.find((r) => r.type === type && (payload === undefined || containsPartial(r.payload, payload)));
