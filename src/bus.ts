@@ -9,7 +9,7 @@ import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
 import { BusStateError, DatabaseError, DuplicateHandlerError, InvalidFilterError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
 import {
-  patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes,
+  patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes, type UnmatchedPattern,
   type PayloadInput, type ReaEvent,
 } from './core/events.js';
 import { errorMessage } from './core/errors-format.js';
@@ -137,7 +137,16 @@ export interface Bus<S extends EventSchemas> {
   readonly instanceId: string;
   /** Apply rea's migrations; `newer`: those of a newer rea already applied (logged as a warning). */
   migrate(): Promise<{ applied: number[]; newer: number[] }>;
-  on<P extends string>(patterns: P | readonly P[], name: string, fn: Handler<S, P>, options?: HandlerOptions): void;
+  /**
+   * `patterns`: event types or patterns ('order.*', '*.paid', '*'). One that matches no type of the
+   * catalog does not compile: the name is then typed `no event type matches '<pattern>'`, which says which.
+   */
+  on<P extends string>(
+    patterns: P | readonly P[],
+    name: [UnmatchedPattern<S, P>] extends [never] ? string : `no event type matches '${UnmatchedPattern<S, P>}'`,
+    fn: Handler<S, P>,
+    options?: HandlerOptions,
+  ): void;
   record<T extends EventType<S>>(tx: unknown, type: T, payload: PayloadInput<S, T>, options?: RecordOptions): Promise<string>;
   recordMany(tx: unknown, items: readonly RecordItem<S>[]): Promise<string[]>;
   transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;

@@ -42,6 +42,15 @@ export type PayloadOutput<S extends EventSchemas, T extends EventType<S>> = Stan
  */
 export type MatchingTypes<S extends EventSchemas, P extends string> = Extract<EventType<S>, PatternShape<P>>;
 
+/**
+ * The patterns of P that match none of the catalog's types (a typo, 'order.crated'), or `never`.
+ * bus.on() takes its name as `no event type matches '…'` while there is one, so such a pattern
+ * does not compile, with a message that names it, as it is an UnknownEventTypeError at run time.
+ * Distributes over a union, so each pattern of a list is checked on its own. A plain `string`
+ * passes (checked at run time only).
+ */
+export type UnmatchedPattern<S extends EventSchemas, P extends string> = P extends string ? ([MatchingTypes<S, P>] extends [never] ? P : never) : never;
+
 /** A pattern as a template literal type: each '*' becomes `${string}` (which, like '*', matches ''). */
 type PatternShape<P extends string> = P extends `${infer Head}*${infer Tail}` ? `${Head}${string}${PatternShape<Tail>}` : P;
 

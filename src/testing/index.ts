@@ -1,7 +1,7 @@
 // rea/testing: helpers for the application's own tests. Assert what a transaction recorded, and
 // run one handler directly, without the relay or a worker.
 import type { Bus } from '../bus.js';
-import type { EventSchemas, EventType, PayloadOutput } from '../core/events.js';
+import type { EventSchemas, EventType, PayloadInput, PayloadOutput } from '../core/events.js';
 import { patternMatches } from '../core/events.js';
 import { LazyLogger } from '../core/logger.js';
 import { JobTraceScope, runInTrace } from '../core/trace.js';
@@ -20,11 +20,20 @@ export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]
 }
 
 /**
+ * What expectRecorded matches a payload against: any part of it, at any depth, as the match is
+ * made (an object's properties may be left out, nested ones too; an array's items are matched
+ * from its first).
+ */
+export type PartialPayload<T> = T extends readonly (infer U)[]
+  ? readonly PartialPayload<U>[]
+  : T extends object ? { [K in keyof T]?: PartialPayload<T[K]> } : T;
+
+/**
  * Throws unless `tx` recorded an event of `type` whose payload contains `payload` (a partial match).
  * Returns the matching event.
  */
 export async function expectRecorded<S extends EventSchemas, T extends EventType<S>>(
-  bus: Bus<S>, tx: unknown, type: T, payload?: Partial<PayloadOutput<S, T>>,
+  bus: Bus<S>, tx: unknown, type: T, payload?: PartialPayload<PayloadOutput<S, T>>,
 ): Promise<EventRow> {
   const rows = await recordedIn(bus, tx);
   const found = rows.find((r) => r.type === type && (payload === undefined || containsPartial(r.payload, payload)));
@@ -36,6 +45,14 @@ export async function expectRecorded<S extends EventSchemas, T extends EventType
 }
 
 /**
+ * An event for runHandlerNow, typed as record() takes one: a type of the bus's catalog and a
+ * payload of that type's schema (its input, before defaults and transforms).
+ */
+export type TestEvent<S extends EventSchemas> = {
+  [T in EventType<S>]: { type: T; payload: PayloadInput<S, T>; id?: string; subject?: string | null; traceId?: string | null };
+}[EventType<S>];
+
+/**
  * Run the handler registered as `name` on `event` now, in-process, as a worker would: the event
  * must be of a type it subscribes to, its payload is checked and stored as record() would (a
  * schema's defaults and transforms applied, read back from JSON), it runs inside the event's
@@ -44,10 +61,10 @@ export async function expectRecorded<S extends EventSchemas, T extends EventType
  * With `transactional`, pass a transaction as `tx` (bus.transaction gives one). Throws what the
  * handler throws.
  */
-export async function runHandlerNow(
-  bus: Bus<any>,
+export async function runHandlerNow<S extends EventSchemas>(
+  bus: Bus<S>,
   name: string,
-  event: { type: string; payload: unknown; id?: string; subject?: string | null; traceId?: string | null },
+  event: TestEvent<S>,
   options: { attempt?: number; tx?: unknown; signal?: AbortSignal } = {},
 ): Promise<void> {
   const handler = bus.handler(name);
