@@ -55,8 +55,8 @@ export async function main(argv: string[]): Promise<void> {
     if (err instanceof CommanderError) {
       // Printed by commander unless --json; --help and --version end here too, successfully.
       process.exitCode = err.exitCode === 0 ? 0 : EXIT_USAGE;
-      // A malformed value names its flag in `field`, as rea's own usage errors do.
-      const field = /^error: option '(?:-\w, )?(-[^\s',]+)/.exec(err.message)?.[1];
+      // A malformed value, or an unknown option, names its flag in `field`, as rea's own usage errors do.
+      const field = /^error: (?:unknown )?option '(?:-\w, )?(-[^\s',=]+)/.exec(err.message)?.[1];
       if (json && err.exitCode !== 0) console.error(JSON.stringify({ error: { code: 'ERR_USAGE', message: err.message.replace(/^error: /, ''), ...(field ? { field } : {}) } }));
       return;
     }
