@@ -63,7 +63,10 @@ export async function main(argv: string[]): Promise<void> {
     if (err instanceof ReaError) {
       const field = (err as { field?: string }).field;
       console.error(json ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
-      process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' ? EXIT_FAILED : EXIT_USAGE;
+      // The command line was right and the work failed: a database that cannot be used, a module that
+      // does not load, an action the state refuses (a replay while its job still waits, a forget of a
+      // handler a worker runs). Everything else names a flag or value that was wrong.
+      process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' || err.code === 'ERR_BUS_STATE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
     // Not one of rea's errors (a bug, or something no mapping foresaw): one line, its name and
