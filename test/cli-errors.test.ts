@@ -111,7 +111,10 @@ describe('rea: command-line mistakes', () => {
   it('with --json, commander\'s own usage errors are JSON too (and nothing else is printed)', async () => {
     const unknown = await rea('status', '--json', '--colour');
     expect(unknown.code).toBe(2);
-    expect(JSON.parse(unknown.text)).toEqual({ error: { code: 'ERR_USAGE', message: "unknown option '--colour'" } });
+    expect(JSON.parse(unknown.text)).toEqual({ error: { code: 'ERR_USAGE', field: '--colour', message: "unknown option '--colour'" } });
+    // Given as --flag=value, the field is the flag alone.
+    const unknownWithValue = await rea('status', '--json', '--colour=red');
+    expect(JSON.parse(unknownWithValue.text).error).toMatchObject({ code: 'ERR_USAGE', field: '--colour' });
     const bad = await rea('endpoints', 'attempts', '0190a8f2-0000-7000-8000-000000000000', '--json', '--limit', 'abc');
     expect(bad.code).toBe(2);
     expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', field: '--limit', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 1000") });

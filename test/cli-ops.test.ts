@@ -86,7 +86,8 @@ describe.skipIf(!postgresTarget.available)('operations CLI on postgres', () => {
     expect((await bus.jobs.forEvent(id!)).map((j) => [j.id, j.state])).toContainEqual([jobId![2], 'available']);
     // That job still waits: a second replay is refused, and nothing more is made.
     const again = await rea('events', 'replay', id!, '--handler', 'indexer', '--database-url', PG_URL, '--schema', s, '--json');
-    expect(again.code).not.toBe(0);
+    // The command line was right; the work was refused: exit 1, as the README's exit codes say (not 2).
+    expect(again.code).toBe(1);
     expect(await bus.jobs.forEvent(id!)).toHaveLength(2);
     // Where to send it, one of the two.
     const neither = await rea('events', 'replay', id!, '--database-url', PG_URL, '--schema', s);

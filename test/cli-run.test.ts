@@ -72,6 +72,35 @@ describe.skipIf(!postgresTarget.available)('rea run shutdown', () => {
   });
 });
 
+describe.skipIf(!postgresTarget.available)('rea retention run --module', () => {
+  it('ends once its pass is reported, even while the module holds the process open (its own HTTP server)', async () => {
+    // The README's way to apply a bus's retention from the CLI, with the same module `rea run` takes:
+    // the module's server kept the process up for ever after the report was printed.
+    const schema = freshSchema();
+    try {
+      await postgresTarget.query(`create schema "${schema}"`);
+      const migrate = runCli(['migrate', '--database-url', PG_URL, '--schema', schema]);
+      expect(await migrate.exited).toBe(0);
+      const run = runCli(['retention', 'run', '--module', serving, '--dry-run'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: schema });
+      let stdout = '';
+      run.child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after its pass'))]);
+      if (code !== 0) run.child.kill('SIGKILL');
+      expect(code).toBe(0);
+      expect(stdout).toContain('retention dry run: nothing was deleted');
+    } finally {
+      await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
+  it('a pass that fails (the schema is not migrated) exits 1 with the reason, even while the module holds the process open', async () => {
+    const run = runCli(['retention', 'run', '--module', serving], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
+    const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after the failed pass'))]);
+    if (code !== 1) run.child.kill('SIGKILL');
+    expect(code).toBe(1);
+  });
+});
+
 describe('rea run <module> that does not give a bus', () => {
   const dir = mkdtempSync(join(tmpdir(), 'rea-run-module-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));

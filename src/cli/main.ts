@@ -55,15 +55,18 @@ export async function main(argv: string[]): Promise<void> {
     if (err instanceof CommanderError) {
       // Printed by commander unless --json; --help and --version end here too, successfully.
       process.exitCode = err.exitCode === 0 ? 0 : EXIT_USAGE;
-      // A malformed value names its flag in `field`, as rea's own usage errors do.
-      const field = /^error: option '(?:-\w, )?(-[^\s',]+)/.exec(err.message)?.[1];
+      // A malformed value, or an unknown option, names its flag in `field`, as rea's own usage errors do.
+      const field = /^error: (?:unknown )?option '(?:-\w, )?(-[^\s',=]+)/.exec(err.message)?.[1];
       if (json && err.exitCode !== 0) console.error(JSON.stringify({ error: { code: 'ERR_USAGE', message: err.message.replace(/^error: /, ''), ...(field ? { field } : {}) } }));
       return;
     }
     if (err instanceof ReaError) {
       const field = (err as { field?: string }).field;
       console.error(json ? JSON.stringify({ error: { code: err.code, message: err.message, ...(field ? { field } : {}) } }) : `rea: ${err.message}`);
-      process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' ? EXIT_FAILED : EXIT_USAGE;
+      // The command line was right and the work failed: a database that cannot be used, a module that
+      // does not load, an action the state refuses (a replay while its job still waits, a forget of a
+      // handler a worker runs). Everything else names a flag or value that was wrong.
+      process.exitCode = err.code === 'ERR_DATABASE' || err.code === 'ERR_MODULE' || err.code === 'ERR_BUS_STATE' ? EXIT_FAILED : EXIT_USAGE;
       return;
     }
     // Not one of rea's errors (a bug, or something no mapping foresaw): one line, its name and

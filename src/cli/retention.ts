@@ -7,7 +7,7 @@ import type { Bus } from '../bus.js';
 import type { RetentionReport } from '../maintenance/retention.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
-import { loadBus } from './run.js';
+import { exitSoon, loadBus } from './run.js';
 
 export function retentionCommand(): Command {
   const run = addConnectionFlags(new Command('run').description('run every retention rule once and report what it removed'))
@@ -18,11 +18,17 @@ export function retentionCommand(): Command {
       const pass = (bus: Bus<any>) => bus.retention.run({ dryRun: flags.dryRun === true });
       let report: RetentionReport;
       if (flags.module) {
-        const bus = await loadBus(flags.module, '--module');
         try {
-          report = await pass(bus);
+          const bus = await loadBus(flags.module, '--module');
+          try {
+            report = await pass(bus);
+          } finally {
+            await bus.stop();
+          }
         } finally {
-          await bus.stop();
+          // The module may hold the process open (its own HTTP server, as the one given to `rea run`):
+          // once the pass is over, whether it succeeded or not, the process ends.
+          exitSoon();
         }
       } else {
         report = await withAdminBus(flags, pass);

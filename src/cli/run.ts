@@ -53,9 +53,18 @@ export function runCommand(): Command {
         // module may still hold it open (its own HTTP server, an interval), and a SIGTERM from a
         // process manager, or a start-up that failed, would then wait for a SIGKILL. Let the
         // process end on its own if it can, else end it (with the exit code main() has set).
-        setTimeout(() => process.exit(), EXIT_AFTER_STOP_MS).unref();
+        exitSoon();
       }
     });
+}
+
+/**
+ * For a command that ran an application's module: let the process end on its own once rea is done,
+ * or end it (with the exit code main() has set) if the module holds it open (its own HTTP server,
+ * an interval) and would keep it up for ever.
+ */
+export function exitSoon(): void {
+  setTimeout(() => process.exit(), EXIT_AFTER_STOP_MS).unref();
 }
 
 async function untilReachable(bus: Bus<any>, waitMs: number, cancelled: () => boolean, fn: () => Promise<void>): Promise<boolean> {
