@@ -1,7 +1,6 @@
 // Hand-off: the relay inserts the handler jobs its own process's worker has room for already
 // claimed by that worker, so they run without a claim statement, but never ahead of an older job
 // of the same handler waiting in the queue, and never beyond the room the worker offered.
-import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { PGliteDriver } from '../src/drivers/pglite/driver.js';
@@ -11,7 +10,8 @@ import { Lifecycle } from '../src/core/lifecycle.js';
 import type { ClaimedJob, Driver, FanOutHandOff } from '../src/driver/types.js';
 import { createBus, defineEvents } from '../src/index.js';
 import { Relay } from '../src/relay/relay.js';
-import { describeTargets, freshSchema, PG_URL, postgresTarget, targets, testBus, type Target } from './helpers/db.js';
+import { describeTargets, freshSchema, postgresTarget, targets, testBus, type Target } from './helpers/db.js';
+import { holdJobsLockWhile } from './helpers/faults.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'order.created': z.object({ n: z.number() }) });
@@ -198,26 +198,11 @@ describe.skipIf(!postgresTarget.available)('hand-off rounds that wait on the ser
     await bus.start();
     const handed = bus.lifecycle.waitFor('jobs:handed-off');
     const done = bus.lifecycle.waitFor('job:completed');
-    const locker = new pg.Client({ connectionString: PG_URL });
-    await locker.connect();
-    try {
-      await locker.query('begin');
-      await locker.query(`lock table "${s}".jobs in share mode`);
-      await bus.transaction((tx) => bus.record(tx, 'order.created', { n: 1 }));
-      // The relay's round waits behind the lock, its now() (the lease's start) already fixed.
-      await expect.poll(async () => (await target.query(
-        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%with claimed as%' and strpos(query, $1) > 0`,
-        [`"${s}".events`],
-      ))[0].n, { timeout: 5000 }).toBeGreaterThan(0);
-      // The lock held for half the lease: the time passing is the point, not a wait for a signal.
-      await locker.query('select pg_sleep(0.3)');
-      await locker.query('commit');
-      await handed;
-      await done;
-    } finally {
-      await locker.query('rollback').catch(() => {});
-      await locker.end();
-    }
+    // The relay's round waits behind the lock, its now() (the lease's start) already fixed, for half the lease.
+    await holdJobsLockWhile(target, s, { statementLike: 'with claimed as', names: 'events', holdMs: 300 },
+      () => bus.transaction((tx) => bus.record(tx, 'order.created', { n: 1 })));
+    await handed;
+    await done;
     expect(outlasts).toEqual([true]);
   });
 });

@@ -1,11 +1,11 @@
 // The worker's prefetch buffer: jobs claimed ahead of free slots start in order, and a job that
 // waits too long to start inside its lease goes back to the queue instead of risking a rescue
 // while it runs.
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
-import { describeTargets, PG_URL, postgresTarget, testBus } from './helpers/db.js';
+import { describeTargets, postgresTarget, testBus } from './helpers/db.js';
+import { holdJobsLockWhile } from './helpers/faults.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'task.queued': z.object({ n: z.number() }) });
@@ -59,27 +59,13 @@ describe.skipIf(!postgresTarget.available)('claims that wait on the server, on p
     await bus.driver.executor.handlerUpsertMany([{ name: 'timed', patterns: ['task.queued'], coalesceSubject: false, maxAttempts: 5, leaseMs: timeoutMs + 100, priority: 0 }]);
     await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
     await bus.relayOnce(); // the job waits in the queue: the bus has not started
-    const locker = new pg.Client({ connectionString: PG_URL });
-    await locker.connect();
-    try {
-      await locker.query('begin');
-      await locker.query(`lock table "${s}".jobs in share mode`);
-      const done = bus.lifecycle.waitFor('job:completed');
-      const started = bus.start(); // its heartbeat may wait for the lock too
-      // The worker's claim waits behind the lock, its now() (the lease's start) already fixed.
-      await expect.poll(async () => (await target.query(
-        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%with targets as%' and strpos(query, $1) > 0`,
-        [`"${s}".jobs`],
-      ))[0].n, { timeout: 5000 }).toBeGreaterThan(0);
-      // The lock held for half the lease: the time passing is the point, not a wait for a signal.
-      await locker.query('select pg_sleep(0.3)');
-      await locker.query('commit');
-      await started;
-      await done;
-    } finally {
-      await locker.query('rollback').catch(() => {});
-      await locker.end();
-    }
+    const done = bus.lifecycle.waitFor('job:completed');
+    // The worker's claim waits behind the lock, its now() (the lease's start) already fixed, for
+    // half the lease. start()'s heartbeat may wait for the lock too, so it is awaited afterwards.
+    const started = await holdJobsLockWhile(target, s, { statementLike: 'with targets as', names: 'jobs', holdMs: 300 },
+      () => ({ started: bus.start() }));
+    await started.started;
+    await done;
     expect(outlasts).toEqual([true]);
   });
 });

@@ -1,5 +1,7 @@
 // Fault injection in the real database, for tests that need an event the relay cannot fan out.
-import type { Target } from './db.js';
+import pg from 'pg';
+import { expect } from 'vitest';
+import { PG_URL, type Target } from './db.js';
 
 /**
  * Make inserting any job for an event whose payload has orderNo = `orderNo` fail, with SQLSTATE
@@ -21,4 +23,35 @@ export async function rejectJobsFor(target: Target, schema: string, orderNo = 'B
   return async () => {
     await target.query(`drop trigger reject_order on ${s}.jobs`);
   };
+}
+
+/**
+ * Hold a SHARE lock on `"schema".jobs` from another connection: start(), then wait until a
+ * statement whose text contains `statementLike` and names `"schema".<names>` waits on the lock,
+ * keep it `holdMs` longer (the time passing is the point: the waiting statement's now(), the
+ * lease's start, is already fixed), and release it. Returns start()'s value.
+ */
+export async function holdJobsLockWhile<T>(
+  target: Target,
+  schema: string,
+  opts: { statementLike: string; names: 'events' | 'jobs'; holdMs: number },
+  start: () => T | Promise<T>,
+): Promise<T> {
+  const locker = new pg.Client({ connectionString: PG_URL });
+  await locker.connect();
+  try {
+    await locker.query('begin');
+    await locker.query(`lock table "${schema}".jobs in share mode`);
+    const started = await start();
+    await expect.poll(async () => (await target.query(
+      `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and strpos(query, $1) > 0 and strpos(query, $2) > 0`,
+      [opts.statementLike, `"${schema}".${opts.names}`],
+    ))[0].n, { timeout: 5000 }).toBeGreaterThan(0);
+    await locker.query(`select pg_sleep(${opts.holdMs / 1000})`);
+    await locker.query('commit');
+    return started;
+  } finally {
+    await locker.query('rollback').catch(() => {});
+    await locker.end();
+  }
 }
