@@ -5,6 +5,7 @@ import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
+import { notifyChannel } from '../src/drivers/postgres/common.js';
 import { wakeupNotify } from '../src/drivers/postgres/sql.js';
 import { createBus, defineEvents, OptionsError, type Bus } from '../src/index.js';
 import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
@@ -344,6 +345,28 @@ describe.skipIf(!postgresTarget.available)('wake-ups between a bus given a drive
     expect(createBus({ database: { driver }, schema: 'app_events', events }).schema).toBe('app_events');
     const nameless = { ...driver, schema: undefined } as unknown as PostgresDriver;
     expect(() => createBus({ database: { driver: nameless }, events })).toThrow(new OptionsError('database.driver', 'has no schema (a Driver names the schema it works on)'));
+  });
+});
+
+describe('the wake-up channel', () => {
+  it('is rea_<schema>, or for a schema too long for that, a name within PostgreSQL\'s 63 bytes that tells schemas apart', () => {
+    expect(notifyChannel('rea')).toBe('rea_rea');
+    const longest = 'a'.repeat(59);
+    expect(notifyChannel(longest)).toBe(`rea_${longest}`);
+    const names = ['b', 'c'].map((end) => notifyChannel(`${'a'.repeat(62)}${end}`));
+    for (const name of names) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
+    expect(names[0]).not.toBe(names[1]);
+    // A driver's own schema may hold multi-byte characters: none is cut in two.
+    expect(notifyChannel('é'.repeat(40))).toMatch(/^rea_(é){25}_[0-9a-f]{8}$/);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('wake-ups on a schema of 63 characters, on postgres', () => {
+  it('a commit of one bus wakes the relay of another', async () => {
+    const schema = `${freshSchema()}_`.padEnd(63, 'x');
+    const recorder = await testBus(postgresTarget, events, { schema, relay: { enabled: false }, worker: { enabled: false }, notifyDebounceMs: 0 });
+    const listener = await testBus(postgresTarget, events, { schema, relay: quiet, worker: { enabled: false }, notifyDebounceMs: 0 });
+    expect(await wakes(recorder, listener)).toBe(true);
   });
 });
 
