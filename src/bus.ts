@@ -236,7 +236,6 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const { database, events: catalog, logger, clock: givenClock, ...rest } = options;
   if (!catalog || !Array.isArray(catalog.types)) throw new OptionsError('events', 'pass the result of defineEvents({ … })');
   const o = validateWith(busOptionsSchema, rest, 'createBus');
-  const schema = o.schema ?? DEFAULTS.schema;
   const log = logger ?? defaultLogger();
   const clock = givenClock ?? databaseClock;
   const instanceId = o.instanceId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -246,7 +245,14 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const leaseMarginMs = workerOptions.leaseMarginMs;
   const lifecycle = new Lifecycle((err, signal) =>
     log.error({ err: errorMessage(err), signal }, 'a lifecycle listener threw; rea carries on as if it had returned'));
-  const driver = makeDriver(database, schema, o.poolSize ?? DEFAULTS.poolSize, log);
+  const driver = makeDriver(database, o.schema ?? DEFAULTS.schema, o.poolSize ?? DEFAULTS.poolSize, log);
+  // A driver of the application's own works on its own schema, so the bus takes that one: its
+  // wake-up channel must be the one a bus given a URL and that schema listens and notifies on.
+  if (typeof driver.schema !== 'string' || driver.schema === '') throw new OptionsError('database.driver', 'has no schema (a Driver names the schema it works on)');
+  if (o.schema !== undefined && o.schema !== driver.schema) {
+    throw new OptionsError('schema', `'${o.schema}' is not the given driver's schema '${driver.schema}'; leave schema out with database.driver, or make them the same`);
+  }
+  const schema = driver.schema;
   const channel = notifyChannel(schema);
   const handlers = new Map<string, RegisteredHandler>();
   const known = new Set<string>(catalog.types);

@@ -20,6 +20,9 @@ export type { Logger } from './core/logger.js';
 export type { HandlerContext } from './worker/registry.js';
 // The reasons ctx.signal aborts with (the handler's timeoutMs; a stop), and what runHandlerNow rejects with at the timeout.
 export { HandlerTimeoutError, WorkerStoppingError } from './worker/worker.js';
+// Failures rea itself gives a job's attempt; a job's error history stores them under these names.
+export { MissingEventError } from './worker/worker.js';
+export { HandlerTransactionEndedError, LeaseLostError } from './channels/handler/run.js';
 export type { Transaction } from './tx/rea.js';
 export type { Driver, EventRow, JobRow, JobState, Queryable } from './driver/types.js';
 export type { EventState, EventSummary, JobSummary } from './driver/admin.js';

@@ -5,11 +5,39 @@ import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { PostgresDriver } from '../src/drivers/postgres/driver.js';
+import { notifyChannel } from '../src/drivers/postgres/common.js';
 import { wakeupNotify } from '../src/drivers/postgres/sql.js';
-import { defineEvents } from '../src/index.js';
+import { createBus, defineEvents, OptionsError, type Bus } from '../src/index.js';
 import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
+
+/** Relay polls 10 minutes apart: a relay that runs a round within seconds was woken. */
+const quiet = { minPollMs: 600_000, maxPollMs: 600_000 };
+
+/** Resolves when `bus`'s relay has fanned out event `id`. */
+const fannedOut = (bus: Bus<any>, id: string) =>
+  new Promise<void>((resolve) => bus.lifecycle.on('relay:batch:fanned', (b) => void (b.eventIds.includes(id) && resolve())));
+
+/**
+ * Whether a commit of `recorder` (whose relay is off) wakes the relay of `listener` (relay
+ * `quiet`, not started yet), on another connection: only its NOTIFY can, within 5 s.
+ */
+async function wakes(recorder: Bus<any>, listener: Bus<any>): Promise<boolean> {
+  // The listener's first round, at start, fans this one out; its relay then sleeps its 10 minutes.
+  const first = await recorder.transaction((tx) => recorder.record(tx, 'order.created', { orderNo: 'first' }));
+  const firstFanned = fannedOut(listener, first);
+  await listener.start();
+  await firstFanned;
+  const second = await recorder.transaction((tx) => recorder.record(tx, 'order.created', { orderNo: 'second' }));
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    fannedOut(listener, second).then(() => true),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 5000))),
+  ]);
+  clearTimeout(timer);
+  return outcome;
+}
 
 /** A bus whose pool has one connection, no relay or worker, and at most one wake-up per 50 ms. */
 const oneConnectionBus = (schema: string) => testBus(postgresTarget, events, {
@@ -276,6 +304,69 @@ describe.skipIf(!postgresTarget.available)('wake-up notifications on postgres', 
     await otherHeard;
     // Notifications arrive in commit order, so 'from-self' would have come first.
     expect(heard.filter((p) => p !== 'reconnected')).toEqual(['from-other']);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('wake-ups between a bus given a driver and one given a URL, on postgres', () => {
+  /** A bus on `schema` through a PostgresDriver of the application's own, given no `schema` option. */
+  function driverBus(schema: string, relay: { enabled: false } | typeof quiet) {
+    const driver = new PostgresDriver({ connection: PG_URL, schema, poolSize: 2, onError: () => {} });
+    const bus = createBus({ database: { driver }, events, relay, worker: { enabled: false }, notifyDebounceMs: 0 });
+    onTestFinished(() => bus.stop({ timeoutMs: 2000 }));
+    return bus;
+  }
+
+  it('a bus given a driver wakes one given a URL and the same schema, and is woken by it', async () => {
+    const schema = freshSchema();
+    const byUrl = await testBus(postgresTarget, events, { schema, database: { postgres: PG_URL }, relay: quiet, worker: { enabled: false }, notifyDebounceMs: 0 });
+    const own = driverBus(schema, { enabled: false });
+    expect(await wakes(own, byUrl)).toBe(true);
+
+    const schema2 = freshSchema();
+    const byUrl2 = await testBus(postgresTarget, events, { schema: schema2, database: { postgres: PG_URL }, relay: { enabled: false }, worker: { enabled: false }, notifyDebounceMs: 0 });
+    const own2 = driverBus(schema2, quiet);
+    expect(await wakes(byUrl2, own2)).toBe(true);
+    // It is on the driver's schema, and says so.
+    expect([own.schema, own2.schema]).toEqual([schema, schema2]);
+  });
+
+  it('a schema option other than the driver\'s is refused, naming both; a driver with no schema too', async () => {
+    const driver = new PostgresDriver({ connection: PG_URL, schema: 'app_events', poolSize: 1, onError: () => {} });
+    onTestFinished(() => driver.close());
+    let caught: unknown;
+    try {
+      createBus({ database: { driver }, schema: 'rea', events });
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(OptionsError);
+    expect(caught).toMatchObject({ field: 'schema' });
+    expect((caught as Error).message).toMatch(/'rea'.*'app_events'/);
+    expect(createBus({ database: { driver }, schema: 'app_events', events }).schema).toBe('app_events');
+    const nameless = { ...driver, schema: undefined } as unknown as PostgresDriver;
+    expect(() => createBus({ database: { driver: nameless }, events })).toThrow(new OptionsError('database.driver', 'has no schema (a Driver names the schema it works on)'));
+  });
+});
+
+describe('the wake-up channel', () => {
+  it('is rea_<schema>, or for a schema too long for that, a name within PostgreSQL\'s 63 bytes that tells schemas apart', () => {
+    expect(notifyChannel('rea')).toBe('rea_rea');
+    const longest = 'a'.repeat(59);
+    expect(notifyChannel(longest)).toBe(`rea_${longest}`);
+    const names = ['b', 'c'].map((end) => notifyChannel(`${'a'.repeat(62)}${end}`));
+    for (const name of names) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
+    expect(names[0]).not.toBe(names[1]);
+    // A driver's own schema may hold multi-byte characters: none is cut in two.
+    expect(notifyChannel('é'.repeat(40))).toMatch(/^rea_(é){25}_[0-9a-f]{8}$/);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('wake-ups on a schema of 63 characters, on postgres', () => {
+  it('a commit of one bus wakes the relay of another', async () => {
+    const schema = `${freshSchema()}_`.padEnd(63, 'x');
+    const recorder = await testBus(postgresTarget, events, { schema, relay: { enabled: false }, worker: { enabled: false }, notifyDebounceMs: 0 });
+    const listener = await testBus(postgresTarget, events, { schema, relay: quiet, worker: { enabled: false }, notifyDebounceMs: 0 });
+    expect(await wakes(recorder, listener)).toBe(true);
   });
 });
 

@@ -686,7 +686,8 @@ export class Worker {
   }
 }
 
-class MissingEventError extends Error {
+/** The job's event is gone (retention deleted it before the job ran): the job is discarded, as no attempt could succeed. */
+export class MissingEventError extends Error {
   constructor(eventId: string) {
     super(`event ${eventId} no longer exists (deleted by retention before its job ran)`);
     this.name = 'MissingEventError';

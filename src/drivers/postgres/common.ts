@@ -1,4 +1,5 @@
 // What the pg and PGlite drivers share: schema quoting and the migration runner.
+import { createHash } from 'node:crypto';
 import { DatabaseError, OptionsError, ReaError } from '../../core/errors.js';
 import type { Queryable } from '../../driver/types.js';
 import { migrationStatements as m } from './sql.js';
@@ -86,8 +87,24 @@ export async function checkMigrated(q: Queryable, schema: string, where: string)
   return { newer: newerMigrations(rows, schema, where) };
 }
 
+/** PostgreSQL's longest channel name, in bytes (NAMEDATALEN - 1): pg_notify refuses a longer one, and LISTEN cuts it short. */
+const MAX_CHANNEL_BYTES = 63;
+
+/**
+ * The wake-up channel of a schema: rea_<schema>. A schema of more than 59 bytes would make that
+ * too long (every NOTIFY failed and nobody was ever woken), so its channel keeps the schema's
+ * first 50 bytes and adds 8 hex digits of a hash of the whole name, to tell apart schemas that
+ * begin alike. Shorter schemas keep rea_<schema>, which processes of older versions listen on.
+ */
 export function notifyChannel(schema: string): string {
-  return `rea_${schema}`;
+  const plain = `rea_${schema}`;
+  if (Buffer.byteLength(plain) <= MAX_CHANNEL_BYTES) return plain;
+  let head = '';
+  for (const ch of schema) {
+    if (Buffer.byteLength(head + ch) > 50) break;
+    head += ch;
+  }
+  return `rea_${head}_${createHash('sha256').update(schema).digest('hex').slice(0, 8)}`;
 }
 
 // Not 57014 (query_canceled): a statement_timeout cancels the same statement again when it is
