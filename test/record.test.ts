@@ -374,6 +374,35 @@ describeTargets('record on $name', (target) => {
     expect(await eventCount(target, bus.schema)).toBe(150_000);
   });
 
+  it.skipIf(!target.available)('a tx used after its transaction ended is refused with TransactionError closed, and nothing is sent', async () => {
+    const bus = await testBus(target, events);
+    // bus.transaction's tx, kept past the callback.
+    let kept: { query: (sql: string) => Promise<unknown> } | undefined;
+    await bus.transaction(async (tx) => {
+      kept = tx;
+      await bus.record(tx, 'order.created', { orderNo: 'K1', total: 1 });
+    });
+    const err = await kept!.query(`insert into "${bus.schema}".events (id, type, payload) values (gen_random_uuid(), 'order.created', '{}')`).catch((e) => e) as TransactionError;
+    expect(err).toBeInstanceOf(TransactionError);
+    expect(err).toMatchObject({ kind: 'closed', code: 'ERR_TRANSACTION' });
+    expect(err.message).toContain('only inside its callback');
+    expect(await eventCount(target, bus.schema)).toBe(1);
+    // A transactional handler's ctx.tx, kept past the handler.
+    let handlerTx: { query: (sql: string) => Promise<unknown> } | undefined;
+    const ran = new Promise<void>((resolve) => {
+      bus.on('order.created', 'keeper', async (_e, ctx) => {
+        handlerTx = ctx.tx;
+        resolve();
+      }, { transactional: true });
+    });
+    await bus.start();
+    await ran;
+    await expect.poll(async () => (await target.query(`select count(*)::int as n from "${bus.schema}".jobs where state = 'completed'`))[0].n).toBe(1);
+    const late = await handlerTx!.query('select 1').catch((e) => e) as TransactionError;
+    expect(late).toBeInstanceOf(TransactionError);
+    expect(late.kind).toBe('closed');
+  });
+
   it.skipIf(!target.available)('refuses a transaction handle that would commit on its own', async () => {
     const bus = await testBus(target, events);
     const raw = target.database() as { pglite?: unknown; postgres?: string };

@@ -113,7 +113,7 @@ export class DatabaseError extends ReaError {
  * tx.query was given a statement that begins or ends a transaction, and did not send it.
  */
 export class TransactionError extends ReaError {
-  constructor(readonly kind: 'aborted' | 'ended' | 'control', message: string, cause?: unknown) {
+  constructor(readonly kind: 'aborted' | 'ended' | 'control' | 'closed', message: string, cause?: unknown) {
     super('ERR_TRANSACTION', message, cause === undefined ? undefined : { cause });
   }
 }

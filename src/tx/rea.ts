@@ -67,7 +67,7 @@ export function makeTransaction(q: Queryable, raw: unknown, state: TransactionSt
       return raw;
     },
     query: async (sql: string, params?: unknown[]) => {
-      if (!state.open) throw new Error('this rea transaction has already ended; use the tx only inside its callback');
+      if (!state.open) throw new TransactionError('closed', 'tx.query() after its transaction ended: use the tx of bus.transaction() (and a transactional handler\'s ctx.tx) only inside its callback, before the promise it returns settles; this statement was not sent');
       if (typeof sql === 'string') refuseTransactionControl(sql);
       if (state.flushing) await state.flushing;
       if (state.pending?.length) await state.flush!(state.pending.splice(0));
