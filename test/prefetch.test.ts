@@ -1,7 +1,7 @@
 // The worker's prefetch buffer: jobs claimed ahead of free slots start in order, and a job that
 // waits too long to start inside its lease goes back to the queue instead of risking a rescue
 // while it runs.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
 import { describeTargets, postgresTarget, testBus } from './helpers/db.js';
@@ -35,6 +35,39 @@ describeTargets('prefetch on $name', (target) => {
     const rows = await target.query(`select state, attempt, count(*)::int as n from "${bus.schema}".jobs group by state, attempt`);
     // A release undoes the claim: no attempt was spent on jobs that never started.
     expect(rows).toEqual([{ state: 'completed', attempt: 1, n: 60 }]);
+  });
+
+  it.skipIf(!target.available)('jobs:released names only the jobs the release returned to the queue', async () => {
+    // A buffered job whose lease expired may be rescued and claimed again elsewhere before this
+    // worker releases it: its release changes no row, and listeners (metrics, logs) must not
+    // count it as released.
+    const bus = await testBus(target, events, { worker: { concurrency: 2, prefetch: 10 } });
+    const s = bus.schema;
+    const gate = deferred();
+    const started: string[] = [];
+    bus.on('task.queued', 'held', async (_e, ctx) => {
+      started.push(ctx.jobId);
+      await gate.promise;
+    });
+    const released: string[] = [];
+    bus.lifecycle.on('jobs:released', (r) => released.push(...r.jobIds));
+    await bus.transaction((tx) => bus.recordMany(tx, Array.from({ length: 6 }, (_, n) => ({ type: 'task.queued' as const, payload: { n } }))));
+    await bus.start();
+    // Two jobs run, two more wait in the prefetch buffer (before any rate, one round of concurrency ahead).
+    await expect.poll(async () => (await target.query(`select count(*)::int as n from "${s}".jobs where state = 'running'`))[0].n).toBe(4);
+    await vi.waitFor(() => expect(started).toHaveLength(2));
+    const buffered = (await target.query(`select id::text as id from "${s}".jobs where state = 'running' and not (id::text = any($1)) order by id`, [started]))
+      .map((r) => r.id as string);
+    expect(buffered).toHaveLength(2);
+    const [takenId, kept] = buffered;
+    // Rescued and claimed by another worker: the same row, running at its next attempt.
+    await target.query(`update "${s}".jobs set attempt = attempt + 1, attempted_by = 'other' where id = $1`, [takenId]);
+    const stopped = bus.stop({ timeoutMs: 2000 });
+    gate.resolve();
+    await stopped;
+    expect(released).toEqual([kept]);
+    const [row] = await target.query(`select state, attempt, attempted_by from "${s}".jobs where id = $1`, [takenId]);
+    expect(row).toEqual({ state: 'running', attempt: 2, attempted_by: 'other' });
   });
 });
 

@@ -1,11 +1,12 @@
 // The relay: bounded rounds, coalescing per subject, poisoning of a row that keeps failing, and
 // several bus instances sharing one database.
-import { expect, it } from 'vitest';
+import pg from 'pg';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents } from '../src/index.js';
-import { describeTargets, testBus, freshSchema } from './helpers/db.js';
+import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
-import { counter } from './helpers/signals.js';
+import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({
   'note.imported': z.object({ noteId: z.string(), n: z.number() }),
@@ -140,5 +141,60 @@ describeTargets('relay on $name', (target) => {
     expect(rows).toEqual([{ state: 'completed', n: 5000 }]);
     const workers = await target.query(`select count(distinct attempted_by)::int as n from "${schema}".jobs`);
     expect(workers[0].n).toBe(2);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('relay errors on postgres', () => {
+  it('a round run beside the poll loop (a drainer) that fails emits relay:error, as the loop\'s rounds do', async () => {
+    const target = postgresTarget;
+    // The poll loop's round waits in an inline round for a held handler; a commit seen meanwhile
+    // gets a round of its own beside it, and that round fails on a locked table (lock_not_available).
+    const bus = await testBus(target, events, { relay: { inlineMs: 10_000 } });
+    const s = `"${bus.schema}"`;
+    await target.query(`
+      create table ${s}.fence (x int);
+      create function ${s}.fence_fan() returns trigger language plpgsql as $$
+      begin
+        if new.fanned_out_at is not null and new.payload->>'orderNo' = 'LOCKED' then
+          perform set_config('lock_timeout', '100ms', true);
+          lock table ${s}.fence in access share mode;
+        end if;
+        return new;
+      end $$;
+      create trigger fence_fan before update on ${s}.events for each row execute function ${s}.fence_fan();`);
+    const held = deferred();
+    const gate = deferred();
+    const handled: string[] = [];
+    bus.on('order.created', 'ship', async (e) => {
+      if (e.payload.orderNo === 'A') {
+        held.resolve();
+        await gate.promise;
+      }
+      handled.push(e.payload.orderNo);
+    });
+    const errors: Error[] = [];
+    bus.lifecycle.on('relay:error', (e) => errors.push(e.error));
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A' }));
+    await held.promise;
+    const locker = new pg.Client({ connectionString: PG_URL });
+    await locker.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`lock table ${s}.fence in access exclusive mode`);
+      const failed = bus.lifecycle.waitFor('relay:error', () => true, 5000);
+      await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'LOCKED' }));
+      const { error } = await failed;
+      expect(error).toBeInstanceOf(Error);
+      expect(error).toMatchObject({ code: '55P03' });
+      // The loop's round still waits for A's handler: the error came from the round beside it.
+      expect(handled).toEqual([]);
+      expect(errors).toEqual([error]);
+    } finally {
+      await locker.query('rollback').catch(() => {});
+      await locker.end();
+      gate.resolve();
+    }
+    await vi.waitFor(() => expect(handled.toSorted()).toEqual(['A', 'LOCKED']), { timeout: 5000 });
   });
 });

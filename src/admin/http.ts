@@ -110,6 +110,7 @@ const DATABASE_PROBLEM: Record<DatabaseError['kind'], string> = {
   'refused': 'the database refused rea\'s connection',
   'not-migrated': "rea's tables are not in this schema yet: run the migrations",
   'too-new': 'a newer rea migrated this schema in a way this rea must not run against: upgrade it',
+  'locked': 'the embedded database is open in another process',
 };
 
 /**

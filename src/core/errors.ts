@@ -95,12 +95,26 @@ export class BusStateError extends ReaError {
 /**
  * The database could not be used: `unreachable` (nothing answers there now: worth retrying),
  * `refused` (it answered no: authentication, a database that does not exist), `not-migrated`
- * (rea's tables are missing from the schema) or `too-new` (a newer rea migrated the schema in a
- * way this one must not run against). The driver's own error is the `cause`.
+ * (rea's tables are missing from the schema), `too-new` (a newer rea migrated the schema in a
+ * way this one must not run against) or `locked` (a PGlite directory another process has open:
+ * DataDirLockedError). The driver's own error is the `cause`.
  */
 export class DatabaseError extends ReaError {
-  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated' | 'too-new', message: string, options?: { cause?: unknown }) {
+  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated' | 'too-new' | 'locked', message: string, options?: { cause?: unknown }) {
     super('ERR_DATABASE', message, options);
+  }
+}
+
+/**
+ * A PGlite data directory is open in another process (or through another bus of this one), whose
+ * pid its lock file holds: PGlite is PostgreSQL inside one process, with nothing to keep a second
+ * one off the same files, so rea refuses to open it twice.
+ */
+export class DataDirLockedError extends DatabaseError {
+  constructor(readonly directory: string, readonly pid: number, readonly lockFile: string) {
+    super('locked', pid === process.pid
+      ? `the PGlite directory ${directory} is already open in this process (another bus or driver on it): PGlite serves one opener at a time; share that bus`
+      : `the PGlite directory ${directory} is open in process ${pid}: PGlite serves one process at a time; stop that process first (or use PostgreSQL for several). If no rea runs as pid ${pid}, delete ${lockFile}`);
   }
 }
 

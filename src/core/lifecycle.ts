@@ -13,7 +13,10 @@ export interface LifecycleEvents {
   'jobs:rescued': { rescued: number; discarded: number };
   /** The leader vacuumed rea's tables (autovacuum is off, or vacuum.mode is 'always'). */
   'tables:vacuumed': { tables: string[] };
-  /** Claimed ahead by the prefetch but not started in time (or at stop): back in the queue. */
+  /**
+   * Claimed ahead by the prefetch but not started in time (or at stop): back in the queue. Only the
+   * jobs the release changed (one rescued meanwhile is left out; none changed, no signal).
+   */
   'jobs:released': { jobIds: string[] };
   /** Inserted by this process's relay already claimed for its worker, with no claim statement. */
   'jobs:handed-off': { jobIds: string[] };

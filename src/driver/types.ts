@@ -282,8 +282,11 @@ export interface Executor {
   jobCompleteMany(q: Queryable | null, params: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number>;
   /** Record failed attempts; returns the ids of the jobs written (one whose attempt moved on, as it was rescued, is left alone). */
   jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<string[]>;
-  /** Give claimed jobs that never started back to the queue, as if they had not been claimed. */
-  jobReleaseMany(params: { jobs: { id: string; attempt: number }[] }): Promise<number>;
+  /**
+   * Give claimed jobs that never started back to the queue, as if they had not been claimed;
+   * returns the ids of the jobs released (one whose attempt moved on, as it was rescued, is left alone).
+   */
+  jobReleaseMany(params: { jobs: { id: string; attempt: number }[] }): Promise<string[]>;
   /** Return running jobs whose lease expired to the queue (or discard them when out of attempts). */
   jobRescue(params: { limit: number; now: Date | null }): Promise<{ rescued: number; discarded: number }>;
   jobListForEvent(params: { eventId: string }): Promise<JobRow[]>;

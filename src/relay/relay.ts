@@ -105,10 +105,7 @@ export class Relay {
         if (outcome === 'full') this.spawnDrainers();
         return outcome;
       },
-      onError: (err) => {
-        deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
-        deps.lifecycle.emit('relay:error', { error: err as Error });
-      },
+      onError: (err) => this.roundFailed(err),
     });
   }
 
@@ -172,11 +169,17 @@ export class Relay {
         let outcome = await this.round({ woken });
         while (this.running && outcome === 'full') outcome = await this.round();
       } catch (err) {
-        this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
+        this.roundFailed(err);
       }
     })().finally(() => this.drainers.delete(drainer));
     this.drainers.add(drainer);
     return true;
+  }
+
+  /** A round failed, the poll loop's or one run beside it: either is logged and signalled the same way. */
+  private roundFailed(err: unknown): void {
+    this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed');
+    this.deps.lifecycle.emit('relay:error', { error: err as Error });
   }
 
   /** One round; exposed for tests and the CLI. `woken`: a wake-up (a commit was seen) asked for it. */

@@ -130,8 +130,10 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await this.claimsEnded;
-        await driver.executor.jobReleaseMany({ jobs: items.map((j) => ({ id: j.id, attempt: j.attempt })) });
-        deps.lifecycle.emit('jobs:released', { jobIds: items.map((j) => j.id) });
+        // Only what the database changed: a job whose lease expired may have been rescued (and
+        // claimed again) meanwhile, and its release touched nothing.
+        const released = new Set(await driver.executor.jobReleaseMany({ jobs: items.map((j) => ({ id: j.id, attempt: j.attempt })) }));
+        if (released.size > 0) deps.lifecycle.emit('jobs:released', { jobIds: items.filter((j) => released.has(j.id)).map((j) => j.id) });
       },
       onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'releasing unstarted jobs failed; their leases will expire and the rescuer returns them'),
     });

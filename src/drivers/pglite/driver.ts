@@ -10,12 +10,16 @@ import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
 import { PostgresOperationsExecutor } from '../postgres/executor-operations.js';
 import { postgresStatements } from '../postgres/sql.js';
+import { lockDataDir, pgliteDirOnDisk, type DataDirLock } from './lock.js';
 
 /** What PGlite throws when its COMMIT was answered with ROLLBACK (the transaction had aborted). */
 const PGLITE_ROLLED_BACK = 'Transaction was rolled back instead of committed';
 
 export interface PGliteDriverOptions {
-  /** A data directory (created if missing), 'memory://' for in-memory, or a PGlite instance the application owns. */
+  /**
+   * A data directory (created if missing; locked while open, see lock.ts), 'memory://' for
+   * in-memory, or a PGlite instance the application owns.
+   */
   database: string | PGlite;
   schema: string;
 }
@@ -29,6 +33,8 @@ export class PGliteDriver implements Driver {
   readonly operations: PostgresOperationsExecutor;
   private readonly db: PGlite;
   private readonly ownsDb: boolean;
+  /** The data directory's lock, when this driver opened one on disk. */
+  private readonly lock: DataDirLock | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   /** The database, for error messages. */
   private readonly where: string;
@@ -38,7 +44,15 @@ export class PGliteDriver implements Driver {
     this.sql = postgresStatements(quoteSchema(options.schema));
     this.where = typeof options.database === 'string' ? `PGlite at ${options.database}` : 'PGlite';
     if (typeof options.database === 'string') {
-      this.db = new PGlite(options.database);
+      // Before PGlite opens the files: a second opener is refused here, having touched nothing.
+      const dir = pgliteDirOnDisk(options.database);
+      this.lock = dir === null ? undefined : lockDataDir(dir);
+      try {
+        this.db = new PGlite(options.database);
+      } catch (err) {
+        this.lock?.release();
+        throw err;
+      }
       this.ownsDb = true;
     } else {
       this.db = options.database;
@@ -112,6 +126,10 @@ export class PGliteDriver implements Driver {
   }
 
   async close(): Promise<void> {
-    if (this.ownsDb && !this.db.closed) await this.db.close();
+    try {
+      if (this.ownsDb && !this.db.closed) await this.db.close();
+    } finally {
+      this.lock?.release();
+    }
   }
 }

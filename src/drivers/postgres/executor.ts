@@ -193,10 +193,10 @@ export class PostgresExecutor implements Executor {
     return rows.map((r) => r.id as string);
   }
 
-  async jobReleaseMany(p: { jobs: { id: string; attempt: number }[] }): Promise<number> {
-    if (p.jobs.length === 0) return 0;
-    const res = await this.pool.query(this.sql.jobReleaseMany, [p.jobs.map((j) => j.id), p.jobs.map((j) => j.attempt)]);
-    return affected(res);
+  async jobReleaseMany(p: { jobs: { id: string; attempt: number }[] }): Promise<string[]> {
+    if (p.jobs.length === 0) return [];
+    const { rows } = await this.pool.query<Row>(this.sql.jobReleaseMany, [p.jobs.map((j) => j.id), p.jobs.map((j) => j.attempt)]);
+    return rows.map((r) => r.id as string);
   }
 
   async jobRescue(p: { limit: number; now: Date | null }) {

@@ -549,7 +549,8 @@ update ${s}.jobs j
 set state = case when j.attempt - 1 = 0 then 'available' else 'retryable' end,
     attempt = j.attempt - 1, lease_expires_at = null, attempted_by = null
 from d
-where j.id = d.id and j.attempt = d.attempt and j.state = d.running`,
+where j.id = d.id and j.attempt = d.attempt and j.state = d.running
+returning j.id::text as id`,
 
     // refund: the attempt does not count (a shutdown cut it short), so the job keeps all its tries.
     jobFailMany: /* sql */ `

@@ -1,0 +1,120 @@
+// One process per PGlite data directory: rea locks the directory it opens (<dir>/rea.lock,
+// holding its pid) and refuses a second opener, in another process or in this one, with
+// DataDirLockedError. A lock whose process died is taken over; in-memory PGlite needs none.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createBus, DatabaseError, DataDirLockedError, defineEvents, type Bus, type EventSchemas } from '../src/index.js';
+
+const holder = fileURLToPath(new URL('./fixtures/pglite-holder.ts', import.meta.url));
+const events = defineEvents({});
+
+const cleanup: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const fn of cleanup.splice(0).reverse()) await fn();
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'rea-lock-'));
+  cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function open(dir: string): Bus<EventSchemas> {
+  const bus = createBus({ database: { pglite: dir }, events });
+  cleanup.push(() => bus.stop());
+  return bus;
+}
+
+/** A child process holding `dir` open; resolves once it has. */
+async function holdInChild(dir: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', holder, dir], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, REA_LOG_LEVEL: 'silent' } });
+  cleanup.push(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+    }
+  });
+  let out = '';
+  let err = '';
+  child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      if (/ready \d+/.test(out)) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`holder exited ${code} before it was ready: ${err}`)));
+  });
+  return child;
+}
+
+describe('PGlite data directory lock', () => {
+  it('a directory another process has open is refused, naming the directory and that pid; free again once it closes', async () => {
+    const dir = tempDir();
+    const child = await holdInChild(dir);
+    expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(child.pid));
+
+    let refused: unknown;
+    try {
+      createBus({ database: { pglite: dir }, events });
+    } catch (err) {
+      refused = err;
+    }
+    expect(refused).toBeInstanceOf(DataDirLockedError);
+    expect(refused).toBeInstanceOf(DatabaseError);
+    expect(refused).toMatchObject({ code: 'ERR_DATABASE', kind: 'locked', directory: dir, pid: child.pid, lockFile: join(dir, 'rea.lock') });
+    expect((refused as Error).message).toContain(dir);
+    expect((refused as Error).message).toContain(`process ${child.pid}`);
+    // Refused before opening anything: the holder's lock is untouched.
+    expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(child.pid));
+
+    // The holder stops its bus: the lock goes with it, and the directory (migrated by it) opens here.
+    child.stdin!.end();
+    await once(child, 'exit');
+    expect(existsSync(join(dir, 'rea.lock'))).toBe(false);
+    const bus = open(dir);
+    expect(await bus.driver.query('select count(*)::int as n from rea.migrations')).toMatchObject({ rows: [{ n: expect.any(Number) }] });
+    expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(process.pid));
+    await bus.stop();
+    expect(existsSync(join(dir, 'rea.lock'))).toBe(false);
+  });
+
+  it('a lock left by a process killed with SIGKILL is taken over', async () => {
+    const dir = tempDir();
+    const child = await holdInChild(dir);
+    child.kill('SIGKILL');
+    await once(child, 'exit');
+    expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(child.pid));
+
+    const bus = open(dir);
+    await bus.migrate();
+    expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(process.pid));
+    await bus.stop();
+    expect(existsSync(join(dir, 'rea.lock'))).toBe(false);
+  });
+
+  it('a lock holding this process\'s pid that this process never took (an earlier process with the same pid) is taken over; one it took is not', async () => {
+    const dir = tempDir();
+    // A container restarted: its process has the pid of the one that left the lock.
+    writeFileSync(join(dir, 'rea.lock'), `${process.pid}\n`);
+    const first = open(dir);
+    await first.migrate();
+    // A second bus of this process on the same directory would be a second PostgreSQL on its files.
+    expect(() => createBus({ database: { pglite: dir }, events })).toThrow(DataDirLockedError);
+    expect(() => createBus({ database: { pglite: `file://${dir}` }, events })).toThrow(/already open in this process/);
+    await first.stop();
+    const second = open(dir);
+    await second.migrate();
+    await second.stop();
+  });
+
+  it('in-memory PGlite takes no lock', async () => {
+    const a = open('memory://');
+    const b = open('memory://');
+    await Promise.all([a.migrate(), b.migrate()]);
+  });
+});
