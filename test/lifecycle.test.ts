@@ -57,3 +57,30 @@ describeTargets('lifecycle listeners on $name', (target) => {
     expect(lines.filter((l) => l.signal === 'job:completed')).toHaveLength(3);
   });
 });
+
+describeTargets('worker:error on $name', (target) => {
+  it.skipIf(!target.available)('a batched completion write that fails is told as worker:error, and the completion is written once the database takes it', async () => {
+    const bus = await testBus(target, events);
+    const s = `"${bus.schema}"`;
+    // Completions are refused until the test drops the trigger: the job stays running meanwhile.
+    await target.query(`
+      create function ${s}.refuse_completion() returns trigger language plpgsql as $$
+      begin
+        if new.state = 'completed' then raise exception 'completions refused by the test'; end if;
+        return new;
+      end $$;
+      create trigger refuse_completion before update on ${s}.jobs for each row execute function ${s}.refuse_completion();`);
+    bus.on('order.paid', 'warehouse', async () => {});
+    const reported = bus.lifecycle.waitFor('worker:error', (e) => e.error.message.includes('completions refused by the test'));
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'W1' }));
+    const { error } = await reported;
+    expect(error).toBeInstanceOf(Error);
+    const running = await target.query(`select state from ${s}.jobs`);
+    expect(running).toEqual([{ state: 'running' }]);
+    const completed = bus.lifecycle.waitFor('job:completed');
+    await target.query(`drop trigger refuse_completion on ${s}.jobs`);
+    await completed;
+    expect(await target.query(`select state from ${s}.jobs`)).toEqual([{ state: 'completed' }]);
+  });
+});

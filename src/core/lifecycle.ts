@@ -27,6 +27,7 @@ export interface LifecycleEvents {
   'leader:elected': { leaderId: string };
   'leader:lost': { leaderId: string };
   'transaction:committed': { events: number };
+  /** A claim failed, or a batched write of outcomes (completions, failures, releases) did; the worker retries. */
   'worker:error': { error: Error };
   /** One webhook HTTP attempt finished (jobId null for an endpoints test delivery). */
   'webhook:attempt': {

@@ -123,7 +123,7 @@ export class Worker {
         const done = written === items.length ? items : await this.completedByThisAttempt(items);
         for (const d of done) this.emitCompleted(d);
       },
-      onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job completions failed; will retry'),
+      onError: (err) => this.writeFailed(err, 'writing job completions failed; will retry'),
     });
     this.releases = new Batcher({
       flushMs: options.completionFlushMs,
@@ -135,7 +135,7 @@ export class Worker {
         const released = new Set(await driver.executor.jobReleaseMany({ jobs: items.map((j) => ({ id: j.id, attempt: j.attempt })) }));
         if (released.size > 0) deps.lifecycle.emit('jobs:released', { jobIds: items.filter((j) => released.has(j.id)).map((j) => j.id) });
       },
-      onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'releasing unstarted jobs failed; their leases will expire and the rescuer returns them'),
+      onError: (err) => this.writeFailed(err, 'releasing unstarted jobs failed; their leases will expire and the rescuer returns them'),
     });
     this.failures = new Batcher({
       flushMs: options.completionFlushMs,
@@ -161,7 +161,7 @@ export class Worker {
           }
         }
       },
-      onError: (err) => deps.log.warn({ err: errorMessage(err) }, 'writing job failures failed; will retry'),
+      onError: (err) => this.writeFailed(err, 'writing job failures failed; will retry'),
       // Error entries are made storable (errors-format), so a refusal here is unexpected; rather
       // than hold every later failure behind it, record it once more with only the refusal in it.
       isolate: {
@@ -175,6 +175,15 @@ export class Worker {
         },
       },
     });
+  }
+
+  /**
+   * A batched write (completions, failures, releases) failed: logged, and told to listeners as
+   * worker:error, as a failed claim is, so whoever alerts on it sees outcomes that wait to be stored.
+   */
+  private writeFailed(err: unknown, message: string): void {
+    this.deps.log.warn({ err: errorMessage(err) }, message);
+    this.deps.lifecycle.emit('worker:error', { error: err instanceof Error ? err : new Error(errorMessage(err)) });
   }
 
   start(): void {
