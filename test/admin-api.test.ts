@@ -388,6 +388,8 @@ describeTargets('admin API on $name', (target) => {
       ['GET', '/api/events/123', 'id'],
       ['GET', '/api/jobs?state=finished', 'state'],
       ['GET', '/api/jobs?kind=email', 'kind'],
+      // No job has kind forward (forwarding is not built): refused, not an empty list.
+      ['GET', '/api/jobs?kind=forward', 'kind'],
       ['GET', '/api/jobs?eventId=x', 'eventId'],
       ['GET', '/api/jobs?cursor=-4', 'cursor'],
       // 19 digits above the bigint range passed a digits-only check, then failed in the database (a 500).
