@@ -186,6 +186,14 @@ const retentionIntervalMs = z.union([
     .min(MIN_RETENTION_INTERVAL_MS, `at least ${MIN_RETENTION_INTERVAL_MS} ms (1 s), or -1 to run only by hand`)
     .max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 to run only by hand`),
 ], { error: `a number of milliseconds from ${MIN_RETENTION_INTERVAL_MS} (1 s) up to ${MAX_WINDOW_MS} (100 years), or -1 to run only by hand` });
+/**
+ * The shortest interval of the leader's other housekeeping (vacuum, endpoint health, the attempt
+ * log's retention): none of them has any use more often than a second (health disables after
+ * days, the attempt log keeps days), and a few ms ran them back to back: VACUUM of rea's four
+ * tables about 2,400 times a second where autovacuum is off. It also catches seconds given as ms.
+ */
+export const MIN_HOUSEKEEPING_INTERVAL_MS = 1000;
+const housekeepingIntervalMs = positiveInt.min(MIN_HOUSEKEEPING_INTERVAL_MS, `at least ${MIN_HOUSEKEEPING_INTERVAL_MS} ms (1 s): the leader runs this pass every interval, and more often has no use`);
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
@@ -282,7 +290,7 @@ export const busOptionsSchema = z.object({
     }
   }).optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
-  vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: positiveInt.optional() }).strict().optional(),
+  vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: housekeepingIntervalMs.optional() }).strict().optional(),
   webhooks: z.object({
     enabled: z.boolean().optional(),
     allowPrivateNetworks: z.boolean().optional(),
@@ -297,9 +305,10 @@ export const busOptionsSchema = z.object({
     concurrencyPerEndpoint: positiveInt.max(10_000).optional(),
     failingDelayMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
     disableAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
-    healthIntervalMs: positiveInt.optional(),
+    healthIntervalMs: housekeepingIntervalMs.optional(),
     attemptRetentionMs: positiveInt.max(MAX_WINDOW_MS).optional(),
-    attemptRetentionIntervalMs: positiveInt.max(MAX_WINDOW_MS).optional(),
+    // A retention interval, as retention's own (MIN_RETENTION_INTERVAL_MS): a pass deletes batch after batch.
+    attemptRetentionIntervalMs: positiveInt.min(MIN_RETENTION_INTERVAL_MS, `at least ${MIN_RETENTION_INTERVAL_MS} ms (1 s), as every retention interval: a pass deletes batch after batch until one comes back short`).max(MAX_WINDOW_MS).optional(),
     attemptRetentionBatchSize: positiveInt.optional(),
     resolve: z.function().optional(),
   }).strict().optional(),
