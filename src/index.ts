@@ -4,7 +4,7 @@ export type { Bus, BusOptions, DatabaseOptions, Overview, RecordItem, RecordOpti
 export { defineEvents } from './core/events.js';
 export type { EventCatalog, EventSchemas, EventType, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent, UnmatchedPattern } from './core/events.js';
 export {
-  BusStateError, DatabaseError, DataDirLockedError, DuplicateHandlerError, InvalidFilterError, ModuleLoadError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
+  BusStateError, DatabaseError, DataDirLockedError, DuplicateHandlerError, HandlerInUseError, InvalidFilterError, ModuleLoadError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
   PayloadValidationError, PermanentError, ReaError, RetryAfterError, TransactionError, UnknownEventTypeError, UnsupportedTransactionError,
   permanent, retryAfter,
 } from './core/errors.js';

@@ -3,7 +3,7 @@
 import express from 'express';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
-import { AdminCredentialsMissingError, createAdminHandler, createBus, defineEvents, type Bus } from '../src/index.js';
+import { AdminCredentialsMissingError, createAdminHandler, createBus, defineEvents, OptionsError, type Bus } from '../src/index.js';
 import { checkHealth } from '../src/admin/health.js';
 import type { AdminBus } from '../src/admin/route.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
@@ -71,6 +71,13 @@ describe('createAdminHandler options', () => {
       expect(() => createAdminHandler(bus, { allowedOrigins: ['https://ops.example.com/', 'http://10.0.0.5:8080'] })).not.toThrow();
       expect(() => createAdminHandler(bus, { leaderGraceMs: Number.NaN })).toThrow(/leaderGraceMs/);
       expect(() => createAdminHandler(bus, { refreshSeconds: '5' as never })).toThrow(/refreshSeconds/);
+      // Each reload of an open overview runs its queries: 0.001 (or a delay past what a browser
+      // timer holds, which then fires at once) reloaded it as fast as the browser could.
+      for (const s of [0.001, 0.5, 2_147_484]) {
+        expect(() => createAdminHandler(bus, { refreshSeconds: s }), String(s))
+          .toThrow(new OptionsError('refreshSeconds', `must be from 1 to 2147483 seconds (each reload of an open overview runs its queries), or 0 for no auto-refresh, not ${s}`));
+      }
+      for (const s of [0, 1, 2.5, 2_147_483]) expect(() => createAdminHandler(bus, { refreshSeconds: s }), String(s)).not.toThrow();
     } finally {
       if (saved === undefined) delete process.env.REA_ADMIN_TOKEN;
       else process.env.REA_ADMIN_TOKEN = saved;
@@ -388,6 +395,8 @@ describeTargets('admin API on $name', (target) => {
       ['GET', '/api/events/123', 'id'],
       ['GET', '/api/jobs?state=finished', 'state'],
       ['GET', '/api/jobs?kind=email', 'kind'],
+      // No job has kind forward (forwarding is not built): refused, not an empty list.
+      ['GET', '/api/jobs?kind=forward', 'kind'],
       ['GET', '/api/jobs?eventId=x', 'eventId'],
       ['GET', '/api/jobs?cursor=-4', 'cursor'],
       // 19 digits above the bigint range passed a digits-only check, then failed in the database (a 500).

@@ -93,6 +93,20 @@ describe.skipIf(!postgresTarget.available)('rea retention run --module', () => {
     }
   });
 
+  it.each([
+    ['--database-url', PG_URL],
+    ['--pglite', 'memory://'],
+    ['--schema', 'elsewhere'],
+  ])('refuses %s, a database setting it would ignore: the pass runs where the module says, exit 2 naming the flag', async (flag, value) => {
+    // They were accepted and silently ignored: the pass ran on the module's database and schema
+    // (deleting there) while the command line named another.
+    const run = runCli(['retention', 'run', '--module', serving, flag, value, '--json'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
+    expect(await run.exited).toBe(2);
+    const { error } = JSON.parse(run.stderr().trim()) as { error: { code: string; field: string; message: string } };
+    expect(error).toMatchObject({ code: 'ERR_OPTIONS', field: flag });
+    expect(error.message).toContain(`--module runs the pass on the database and schema of the bus ${serving} builds, not on the ones ${flag} names`);
+  });
+
   it('a pass that fails (the schema is not migrated) exits 1 with the reason, even while the module holds the process open', async () => {
     const run = runCli(['retention', 'run', '--module', serving], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
     const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after the failed pass'))]);

@@ -4,7 +4,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
-import { BusStateError, defineEvents, NotFoundError } from '../src/index.js';
+import { BusStateError, defineEvents, HandlerInUseError, NotFoundError } from '../src/index.js';
 import { describeTargets, PG_URL, targets, testBus } from './helpers/db.js';
 import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
 import { quoteSchema } from '../src/drivers/postgres/common.js';
@@ -86,7 +86,12 @@ describeTargets('stored handlers on $name', (target) => {
     const listed = (await admin.handlers.list()).find((h) => h.name === 'slow')!;
     expect(listed.waiting + listed.running).toBe(3);
     expect((await admin.overview()).alerts.map((a) => a.name)).not.toContain('handler_unattended');
-    await expect(admin.handlers.forget('slow')).rejects.toThrow(/was had by a running worker at .*: stop it first, or pass force/);
+    // The refusal says how to override it in code: the option, as the caller writes it.
+    const refused = await admin.handlers.forget('slow').catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(HandlerInUseError);
+    expect(refused).toBeInstanceOf(BusStateError);
+    expect(refused).toMatchObject({ code: 'ERR_BUS_STATE', handler: 'slow' });
+    expect((refused as Error).message).toMatch(/^handler 'slow' was had by a running worker at .*: stop it first, or pass \{ force: true \}$/);
     release();
   });
 
@@ -201,6 +206,15 @@ describe('rea handlers', () => {
     try {
       await main(['node', 'rea', 'handlers', 'list', ...db]);
       expect(out.pop()).toMatch(/^gone {2}order\.placed {2}waiting 0 · running 0 · last had by a worker .* ago$/);
+      // A worker had it a moment ago: refused (exit 1), and the way past it is the flag, not the
+      // library's option ("pass force" named neither).
+      process.exitCode = undefined;
+      await main(['node', 'rea', 'handlers', 'forget', 'gone', ...db]);
+      expect(process.exitCode).toBe(1);
+      expect(out.pop()).toMatch(/^rea: handler 'gone' was had by a running worker at .*: stop it first, or pass --force$/);
+      await main(['node', 'rea', 'handlers', 'forget', 'gone', '--json', ...db]);
+      expect(JSON.parse(out.pop()!).error).toMatchObject({ code: 'ERR_BUS_STATE', message: expect.stringMatching(/stop it first, or pass --force$/) });
+      process.exitCode = undefined;
       await main(['node', 'rea', 'handlers', 'forget', 'gone', '--force', '--json', ...db]);
       expect(JSON.parse(out.pop()!)).toEqual({ handler: 'gone', cancelled: 0 });
       await main(['node', 'rea', 'handlers', 'list', '--json', ...db]);

@@ -56,6 +56,18 @@ it('a renewal interval longer than half the lease is refused, naming both option
   expect(make({})).not.toThrow();
 });
 
+it('a lease and a heartbeat of a few ms are refused: every tick is a write', () => {
+  // They took 1 ms: a renewal (and an election attempt by every other process) or a heartbeat
+  // write about every ms, some 700 transactions a second from one idle process; a 20 ms lease
+  // lapsed between renewals on an idle machine, and each new leader ran the maintenance passes anew.
+  const make = (options: object) => () => createBus({ database: { postgres: 'postgres://nobody@127.0.0.1:1/none' }, events, ...options });
+  expect(make({ leader: { ttlMs: 2, renewMs: 1 } })).toThrow(new OptionsError('createBus.leader.ttlMs', 'at least 100 ms: a shorter lease lapses between renewals, and every new leader starts the maintenance passes over'));
+  expect(make({ leader: { ttlMs: 60_000, renewMs: 10 } })).toThrow(new OptionsError('createBus.leader.renewMs', 'at least 50 ms: the leader writes its lease, and every other process tries to take it, this often; ttlMs, not this, sets how soon another process takes over'));
+  expect(make({ worker: { heartbeatMs: 1 } })).toThrow(new OptionsError('createBus.worker.heartbeatMs', "at least 50 ms: each beat writes the handlers' rows, and handler_unattended (15 min by default) needs one far less often"));
+  // The shortest, which the tests use.
+  expect(make({ leader: { ttlMs: 100, renewMs: 50 }, worker: { heartbeatMs: 50 } })).not.toThrow();
+});
+
 describeTargets('one lease holder on $name', (t) => {
   it.skipIf(!t.available)('two buses given the same instanceId (say, the host name, with several processes per host) do not both lead', async () => {
     const schema = freshSchema();

@@ -89,6 +89,21 @@ describe('retention intervals', () => {
     }
     await createBus({ database: { pglite: 'memory://' }, events, retention: { appEveryMs: 1000, events: { everyMs: -1 } } }).stop();
   });
+
+  it("the leader's other housekeeping runs at most once a second too: vacuum, endpoint health, the attempt log's retention", async () => {
+    // They took 1 ms: a vacuum.intervalMs of 1 had the leader VACUUM rea's tables about 2,400
+    // times a second where autovacuum is off (and an intervalMs: 60 meant as 60 s, every 60 ms).
+    const { createBus } = await import('../src/index.js');
+    for (const [options, field, problem] of [
+      [{ vacuum: { intervalMs: 1 } }, 'createBus.vacuum.intervalMs', 'at least 1000 ms (1 s): the leader runs this pass every interval, and more often has no use'],
+      [{ vacuum: { mode: 'always', intervalMs: 999 } }, 'createBus.vacuum.intervalMs', 'at least 1000 ms (1 s): the leader runs this pass every interval, and more often has no use'],
+      [{ webhooks: { healthIntervalMs: 20 } }, 'createBus.webhooks.healthIntervalMs', 'at least 1000 ms (1 s): the leader runs this pass every interval, and more often has no use'],
+      [{ webhooks: { attemptRetentionIntervalMs: 1 } }, 'createBus.webhooks.attemptRetentionIntervalMs', 'at least 1000 ms (1 s), as every retention interval: a pass deletes batch after batch until one comes back short'],
+    ] as const) {
+      expect(() => createBus({ database: { pglite: 'memory://' }, events, ...options } as never)).toThrow(new OptionsError(field, problem));
+    }
+    await createBus({ database: { pglite: 'memory://' }, events, vacuum: { intervalMs: 1000 }, webhooks: { healthIntervalMs: 1000, attemptRetentionIntervalMs: 1000 } }).stop();
+  });
 });
 
 describeTargets('retention on $name', (target) => {

@@ -504,7 +504,7 @@ describeTargets('webhooks on $name', (target) => {
 
   test('an endpoint failing for 5 days is disabled by the health pass, with its reason (injected clock)', async () => {
     const clock = new ManualClock(Date.UTC(2025, 2, 1, 12));
-    const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, healthIntervalMs: 20 } });
+    const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, healthIntervalMs: 1000 } });
     const r = await receiver((_q, res) => res.writeHead(502).end());
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
     await bus.start();
@@ -519,7 +519,7 @@ describeTargets('webhooks on $name', (target) => {
     expect(await health.runOnce()).toEqual({ disabled: [] });
     expect((await bus.endpoints.get(ep.id))!.state).toBe('failing');
 
-    // The leader's own pass (every 20 ms here) disables it once they are.
+    // The leader's own pass (every second here, the shortest interval it takes) disables it once they are.
     const disabled = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'disabled');
     clock.advance(120_000);
     expect((await disabled).endpointId).toBe(ep.id);

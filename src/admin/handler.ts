@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DatabaseError, OptionsError, ReaError } from '../core/errors.js';
+import { MAX_TIMER_MS } from '../core/options.js';
 import { Authenticator, isLoopbackAddress, isLoopbackHost, parseCookies, requestOrigin, resolveAuth, SESSION_COOKIE, type AdminAuth, type Principal } from './auth.js';
 import { errorResponse, forbidden, HttpError, localPath, readBody, redirect, securityHeaders, sendJson, sendText, unauthorized, type Body } from './http.js';
 import { layout, html, type PageContext } from './html.js';
@@ -24,7 +25,7 @@ export interface AdminHandlerOptions {
   publicHealth?: boolean;
   /** A leader lease expired longer ago than this fails /healthz (default 30 s). */
   leaderGraceMs?: number;
-  /** Overview page reload interval in seconds (default 5; 0 turns it off). */
+  /** Overview page reload interval in seconds (default 5; at least 1; 0 turns it off). */
   refreshSeconds?: number;
 }
 
@@ -45,7 +46,7 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   const allowedOrigins = checkOrigins(options.allowedOrigins);
   const publicHealth = options.publicHealth ?? true;
   const leaderGraceMs = checkNumber('leaderGraceMs', options.leaderGraceMs, 30_000);
-  const refreshS = checkNumber('refreshSeconds', options.refreshSeconds, 5);
+  const refreshS = checkRefresh(options.refreshSeconds);
   const metrics = new AdminMetrics(bus);
   const compiled: Compiled[] = allRoutes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }));
 
@@ -288,6 +289,20 @@ function checkNumber(field: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw new OptionsError(field, `must be a number ≥ 0, not ${JSON.stringify(value)}`);
   return value;
+}
+
+/**
+ * Every open overview page reloads each refreshSeconds, and each load runs the overview's queries.
+ * 0.001 reloaded it as fast as the browser could; past the ~24.8 days a browser timer holds, the
+ * delay overflows and it fires at once, the same loop.
+ */
+const MAX_REFRESH_S = Math.floor(MAX_TIMER_MS / 1000);
+function checkRefresh(value: unknown): number {
+  const s = checkNumber('refreshSeconds', value, 5);
+  if (s !== 0 && (s < 1 || s > MAX_REFRESH_S)) {
+    throw new OptionsError('refreshSeconds', `must be from 1 to ${MAX_REFRESH_S} seconds (each reload of an open overview runs its queries), or 0 for no auto-refresh, not ${s}`);
+  }
+  return s;
 }
 
 function normalizeBase(p: string | undefined): string {

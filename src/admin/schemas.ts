@@ -1,7 +1,7 @@
 // Input schemas shared by the API routes and the panel pages: list filters from the query
 // string, id lists from JSON or forms. Parsing errors become 400s naming the parameter.
 import { z } from 'zod';
-import { isoTimeMs } from '../core/filters.js';
+import { isoTimeMs, JOB_KIND_PROBLEM, JOB_LIST_KINDS } from '../core/filters.js';
 import { isJobId, MAX_JOB_ID } from '../core/job-id.js';
 import { EVENT_STATES } from '../driver/admin.js';
 import { JOB_STATES } from '../driver/types.js';
@@ -28,7 +28,7 @@ export const eventListQuery = z.object({
 
 export const jobListQuery = z.object({
   state: z.enum(JOB_STATES as [string, ...string[]], { message: `must be one of ${JOB_STATES.join(', ')}` }).optional(),
-  kind: z.enum(['handler', 'webhook', 'forward'], { message: 'must be handler, webhook or forward' }).optional(),
+  kind: z.enum(JOB_LIST_KINDS, { message: JOB_KIND_PROBLEM }).optional(),
   handler: text.optional(),
   eventId: uuid.optional(),
   cursor: idCursor.optional(),

@@ -3,6 +3,7 @@
 // handler_unattended alert); `forget` deletes the row and cancels those jobs.
 import { Command } from 'commander';
 import { formatMs } from '../admin/alerts.js';
+import { HandlerInUseError } from '../core/errors.js';
 import type { HandlerSummary } from '../driver/admin.js';
 import { withAdminBus } from './admin-bus.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
@@ -25,7 +26,10 @@ export function handlersCommand(): Command {
     .option('--force', 'even if a running worker had it recently')
     .option('--json', 'print { handler, cancelled } as JSON')
     .action(async (name: string, flags: ConnectionFlags & { force?: boolean; json?: boolean }) => {
-      const { cancelled } = await withAdminBus(flags, (bus) => bus.handlers.forget(name, { force: flags.force === true }));
+      const { cancelled } = await withAdminBus(flags, (bus) => bus.handlers.forget(name, { force: flags.force === true })).catch((err: unknown) => {
+        // The library's refusal names its option ({ force: true }); here the way past it is the flag.
+        throw err instanceof HandlerInUseError ? err.withForce('--force') : err;
+      });
       console.log(flags.json ? JSON.stringify({ handler: name, cancelled })
         : `forgot handler '${name}'; cancelled ${cancelled} waiting job${cancelled === 1 ? '' : 's'} (running ones finish; a bus that registers it again brings it back)`);
     });

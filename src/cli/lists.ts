@@ -66,7 +66,7 @@ export function eventsListCommand(): Command {
 export function jobsListCommand(): Command {
   return addConnectionFlags(new Command('list').description('jobs, newest first, with their last error: find the ids `jobs retry` and `jobs cancel` take'))
     .option('--state <state>', 'available, running, completed, retryable, discarded or cancelled')
-    .option('--kind <kind>', 'handler, webhook or forward')
+    .option('--kind <kind>', 'handler or webhook')
     .option('--handler <name>', 'a handler name (for webhook jobs: the endpoint id)')
     .option('--event <id>', "only this event's jobs")
     .option('--cursor <id>', 'the next page, as printed after the last one')

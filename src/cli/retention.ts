@@ -4,6 +4,7 @@
 import { Command } from 'commander';
 import { formatMs } from '../admin/alerts.js';
 import type { Bus } from '../bus.js';
+import { OptionsError } from '../core/errors.js';
 import type { RetentionReport } from '../maintenance/retention.js';
 import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 import { withAdminBus } from './admin-bus.js';
@@ -12,12 +13,19 @@ import { exitSoon, loadBus } from './run.js';
 export function retentionCommand(): Command {
   const run = addConnectionFlags(new Command('run').description('run every retention rule once and report what it removed'))
     .option('--dry-run', 'count what would be removed; delete nothing')
-    .option('--module <path>', "use the bus a module exports (its retention settings and registered tables) instead of the defaults")
+    .option('--module <path>', "use the bus a module exports (its database, retention settings and registered tables) instead of the flags and defaults")
     .option('--json', 'print the report as JSON')
     .action(async (flags: ConnectionFlags & { dryRun?: boolean; module?: string; json?: boolean }) => {
       const pass = (bus: Bus<any>) => bus.retention.run({ dryRun: flags.dryRun === true });
       let report: RetentionReport;
       if (flags.module) {
+        // The module's bus was built with its own database and schema, and the pass runs there: a
+        // connection flag would be silently ignored, and a pass meant for one database would delete
+        // rows in another. Refuse it, before the module is loaded.
+        const given = ([['databaseUrl', '--database-url'], ['pglite', '--pglite'], ['schema', '--schema']] as const).find(([key]) => flags[key] !== undefined);
+        if (given) {
+          throw new OptionsError(given[1], `--module runs the pass on the database and schema of the bus ${flags.module} builds, not on the ones ${given[1]} names: set them in the module, or drop --module to run the default rules where the flags say`);
+        }
         try {
           const bus = await loadBus(flags.module, '--module');
           try {

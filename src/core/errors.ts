@@ -93,6 +93,22 @@ export class BusStateError extends ReaError {
 }
 
 /**
+ * handlers.forget refused a handler a running worker had within the unattended window (`within`,
+ * as people read it). `force` is how the caller overrides the refusal in the surface it used:
+ * `{ force: true }` in code; the CLI says `--force` (withForce).
+ */
+export class HandlerInUseError extends BusStateError {
+  constructor(readonly handler: string, readonly seenAt: Date, private readonly within: string, force = '{ force: true }') {
+    super(`handler '${handler}' was had by a running worker at ${seenAt.toISOString()}, within the last ${within}: stop it first, or pass ${force}`);
+  }
+
+  /** The same refusal, naming another way to force it (a command line's flag). */
+  withForce(force: string): HandlerInUseError {
+    return new HandlerInUseError(this.handler, this.seenAt, this.within, force);
+  }
+}
+
+/**
  * The database could not be used: `unreachable` (nothing answers there now: worth retrying),
  * `refused` (it answered no: authentication, a database that does not exist), `not-migrated`
  * (rea's tables are missing from the schema), `too-new` (a newer rea migrated the schema in a

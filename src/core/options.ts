@@ -186,6 +186,23 @@ const retentionIntervalMs = z.union([
     .min(MIN_RETENTION_INTERVAL_MS, `at least ${MIN_RETENTION_INTERVAL_MS} ms (1 s), or -1 to run only by hand`)
     .max(MAX_WINDOW_MS, `at most ${MAX_WINDOW_MS} ms (100 years), or -1 to run only by hand`),
 ], { error: `a number of milliseconds from ${MIN_RETENTION_INTERVAL_MS} (1 s) up to ${MAX_WINDOW_MS} (100 years), or -1 to run only by hand` });
+/**
+ * The shortest interval of the leader's other housekeeping (vacuum, endpoint health, the attempt
+ * log's retention): none of them has any use more often than a second (health disables after
+ * days, the attempt log keeps days), and a few ms ran them back to back: VACUUM of rea's four
+ * tables about 2,400 times a second where autovacuum is off. It also catches seconds given as ms.
+ */
+export const MIN_HOUSEKEEPING_INTERVAL_MS = 1000;
+const housekeepingIntervalMs = positiveInt.min(MIN_HOUSEKEEPING_INTERVAL_MS, `at least ${MIN_HOUSEKEEPING_INTERVAL_MS} ms (1 s): the leader runs this pass every interval, and more often has no use`);
+/**
+ * Timers whose every tick writes a row: the leader's lease (renewed, and tried by every other
+ * process, each renewMs) and a worker's handler heartbeat (handlers.seen_at, each heartbeatMs).
+ * Below a few tens of ms they only make writes and dead rows: 1 ms was about 700 transactions a
+ * second from one idle process (12 without). The tests' own, 50 ms, is the shortest any use needs.
+ */
+export const MIN_WRITE_TIMER_MS = 50;
+/** The shortest leader lease: twice the shortest renewal (a 20 ms lease lapsed between renewals on an idle machine). */
+export const MIN_LEADER_TTL_MS = 2 * MIN_WRITE_TIMER_MS;
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
@@ -265,10 +282,13 @@ export const busOptionsSchema = z.object({
     // A lease is a handler's timeout plus this margin, stored as a 32-bit number of ms.
     leaseMarginMs: nonNegInt.min(100).max(MAX_TIMER_MS - MAX_HANDLER_TIMEOUT_MS, `at most ${MAX_TIMER_MS - MAX_HANDLER_TIMEOUT_MS} ms, so that a handler's timeout (up to 24 h) plus this margin still fits a lease (at most ${MAX_TIMER_MS} ms)`).optional(),
     prefetch: nonNegInt.max(100_000).optional(),
-    heartbeatMs: timerMs.optional(),
+    heartbeatMs: timerMs.min(MIN_WRITE_TIMER_MS, `at least ${MIN_WRITE_TIMER_MS} ms: each beat writes the handlers' rows, and handler_unattended (15 min by default) needs one far less often`).optional(),
   }).strict().superRefine(pollBounds(DEFAULTS.worker)).optional(),
   notifyDebounceMs: nonNegInt.max(MAX_TIMER_MS).optional(),
-  leader: z.object({ ttlMs: timerMs.optional(), renewMs: timerMs.optional() }).strict().superRefine((leader, ctx) => {
+  leader: z.object({
+    ttlMs: timerMs.min(MIN_LEADER_TTL_MS, `at least ${MIN_LEADER_TTL_MS} ms: a shorter lease lapses between renewals, and every new leader starts the maintenance passes over`).optional(),
+    renewMs: timerMs.min(MIN_WRITE_TIMER_MS, `at least ${MIN_WRITE_TIMER_MS} ms: the leader writes its lease, and every other process tries to take it, this often; ttlMs, not this, sets how soon another process takes over`).optional(),
+  }).strict().superRefine((leader, ctx) => {
     // A lease renewed less often than it expires lapses between renewals: another process takes
     // it, and the leader steps down and back up every round. Half the TTL leaves room for one
     // renewal to fail (a connection lost) and the next to come in time.
@@ -282,7 +302,7 @@ export const busOptionsSchema = z.object({
     }
   }).optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
-  vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: positiveInt.optional() }).strict().optional(),
+  vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: housekeepingIntervalMs.optional() }).strict().optional(),
   webhooks: z.object({
     enabled: z.boolean().optional(),
     allowPrivateNetworks: z.boolean().optional(),
@@ -297,9 +317,10 @@ export const busOptionsSchema = z.object({
     concurrencyPerEndpoint: positiveInt.max(10_000).optional(),
     failingDelayMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
     disableAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
-    healthIntervalMs: positiveInt.optional(),
+    healthIntervalMs: housekeepingIntervalMs.optional(),
     attemptRetentionMs: positiveInt.max(MAX_WINDOW_MS).optional(),
-    attemptRetentionIntervalMs: positiveInt.max(MAX_WINDOW_MS).optional(),
+    // A retention interval, as retention's own (MIN_RETENTION_INTERVAL_MS): a pass deletes batch after batch.
+    attemptRetentionIntervalMs: positiveInt.min(MIN_RETENTION_INTERVAL_MS, `at least ${MIN_RETENTION_INTERVAL_MS} ms (1 s), as every retention interval: a pass deletes batch after batch until one comes back short`).max(MAX_WINDOW_MS).optional(),
     attemptRetentionBatchSize: positiveInt.optional(),
     resolve: z.function().optional(),
   }).strict().optional(),
