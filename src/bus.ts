@@ -266,8 +266,16 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   // While this process's worker runs its handlers, it says so (handlers.seen_at), so the overview
   // can tell a handler no process runs any more from one whose workers are merely busy.
   let heartbeat: NodeJS.Timeout | undefined;
-  const beat = () => driver.admin.handlersSeen({ names: [...handlers.keys()] })
-    .catch((err) => log.warn({ err: errorMessage(err) }, 'handler heartbeat failed; will retry'));
+  // A beat still on its way (waiting behind a lock on the handlers table, or for a slow server)
+  // is the one that counts: a tick skips rather than queue another beside it, each holding a
+  // pool connection the relay and the worker need (a lock held for six intervals held the pool).
+  let beating: Promise<void> | undefined;
+  const beat = () => {
+    beating ??= driver.admin.handlersSeen({ names: [...handlers.keys()] })
+      .catch((err) => log.warn({ err: errorMessage(err) }, 'handler heartbeat failed; will retry'))
+      .finally(() => { beating = undefined; });
+    return beating;
+  };
 
   // At most one NOTIFY per payload per window per process (the first at once), sent outside any
   // business transaction.

@@ -1,11 +1,12 @@
 // Handlers removed or renamed in the code: their stored subscription keeps the relay making jobs
 // nobody runs, which pins their events past retention. The heartbeat tells such a handler from a
 // busy one (handler_unattended), and forgetting it stops the jobs and lets retention trim again.
+import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
 import { BusStateError, defineEvents, HandlerInUseError, NotFoundError } from '../src/index.js';
-import { describeTargets, PG_URL, targets, testBus } from './helpers/db.js';
+import { describeTargets, PG_URL, postgresTarget, targets, testBus } from './helpers/db.js';
 import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
 import { quoteSchema } from '../src/drivers/postgres/common.js';
 import { PostgresAdminExecutor } from '../src/drivers/postgres/executor-admin.js';
@@ -222,5 +223,40 @@ describe('rea handlers', () => {
     } finally {
       vi.restoreAllMocks();
     }
+  });
+});
+
+describe('the handler heartbeat', () => {
+  it.skipIf(!postgresTarget.available)('waits behind a lock on the handlers table with one statement, not one per interval (each holding a pool connection)', async () => {
+    const bus = await testBus(postgresTarget, events, { relay: { enabled: false }, worker: { heartbeatMs: 50 }, retention: { enabled: false } });
+    bus.on('order.placed', 'sms', () => {});
+    await bus.start();
+    const beat = `update ${quoteSchema(bus.schema)}.handlers set seen_at`;
+    const waiting = async () => (await postgresTarget.query(
+      `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and strpos(query, $1) > 0`, [beat],
+    ))[0].n as number;
+    // An operator's (or a migration's) lock that blocks updates of handlers, held for 20 intervals.
+    const locker = new pg.Client({ connectionString: PG_URL });
+    await locker.connect();
+    let most = 0;
+    try {
+      await locker.query('begin');
+      await locker.query(`lock table ${quoteSchema(bus.schema)}.handlers in share mode`);
+      await expect.poll(waiting, { timeout: 5000 }).toBeGreaterThan(0);
+      for (let i = 0; i < 20; i++) {
+        await sleep(50);
+        most = Math.max(most, await waiting());
+      }
+      await locker.query('commit');
+    } finally {
+      await locker.query('rollback').catch(() => {});
+      await locker.end();
+    }
+    // Before: a new beat every 50 ms joined the queue, up to the whole pool (6 here).
+    expect(most).toBe(1);
+    // Once the lock is gone the beats go on.
+    const seen = async () => (await postgresTarget.query(`select seen_at from ${quoteSchema(bus.schema)}.handlers where name = 'sms'`))[0].seen_at as Date;
+    const after = await seen();
+    await expect.poll(async () => (await seen()).getTime(), { timeout: 5000 }).toBeGreaterThan(after.getTime());
   });
 });
