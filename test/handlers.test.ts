@@ -5,7 +5,7 @@ import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { main } from '../src/cli/main.js';
-import { BusStateError, defineEvents, HandlerInUseError, NotFoundError } from '../src/index.js';
+import { BusStateError, createBus, defineEvents, HandlerInUseError, NotFoundError, OptionsError } from '../src/index.js';
 import { describeTargets, PG_URL, postgresTarget, targets, testBus } from './helpers/db.js';
 import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
 import { quoteSchema } from '../src/drivers/postgres/common.js';
@@ -259,4 +259,20 @@ describe('the handler heartbeat', () => {
     const after = await seen();
     await expect.poll(async () => (await seen()).getTime(), { timeout: 5000 }).toBeGreaterThan(after.getTime());
   });
+});
+
+it('a heartbeat slower than half the handler_unattended threshold is refused, naming both', () => {
+  // Before, createBus took heartbeatMs 20 min beside the 15 min threshold: handler_unattended fired
+  // for a handler its running worker had, and forget deleted it without force, every interval.
+  const make = (options: object) => () => createBus({ database: { postgres: 'postgres://nobody@127.0.0.1:1/none' }, events, ...options });
+  const why = 'or handler_unattended fires (and handlers.forget deletes without force) for handlers a running worker has';
+  expect(make({ worker: { heartbeatMs: 20 * 60_000 } })).toThrow(new OptionsError('createBus.worker.heartbeatMs', `1200000 must be at most half of alerts.handlerUnattendedMs (900000, the default), ${why}`));
+  expect(make({ worker: { heartbeatMs: 1000 }, alerts: { handlerUnattendedMs: 1999 } })).toThrow(new OptionsError('createBus.worker.heartbeatMs', `1000 must be at most half of alerts.handlerUnattendedMs (1999), ${why}`));
+  // The threshold alone, against the default heartbeat: the field given is the one named.
+  expect(make({ alerts: { handlerUnattendedMs: 60_000 } })).toThrow(new OptionsError('createBus.alerts.handlerUnattendedMs', `60000 must be at least twice worker.heartbeatMs (60000, the default), ${why}; -1 turns the alert off`));
+  expect(make({ worker: { heartbeatMs: 1000 }, alerts: { handlerUnattendedMs: 2000 } })).not.toThrow();
+  // The alert off, or a bus that runs no worker (it never beats: an admin process), is not checked.
+  expect(make({ worker: { heartbeatMs: 20 * 60_000 }, alerts: { handlerUnattendedMs: -1 } })).not.toThrow();
+  expect(make({ worker: { enabled: false }, alerts: { handlerUnattendedMs: 1000 } })).not.toThrow();
+  expect(make({})).not.toThrow();
 });

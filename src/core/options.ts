@@ -351,7 +351,23 @@ export const busOptionsSchema = z.object({
 // Strict as every nested group is: a misspelt top-level option (poolsize, maxPayloadByte,
 // webhook) in an options object built apart from the call, where TypeScript does not check
 // excess properties, or from JavaScript, was dropped without a word and its default used.
-}).strict();
+}).strict().superRefine((o, ctx) => {
+  // handler_unattended fires for a handler whose seen_at is older than handlerUnattendedMs, and
+  // handlers.forget deletes one without force past that age: a heartbeat as slow as the
+  // threshold had both happen to handlers a running worker has. Half of it leaves room for one
+  // beat to fail (a connection lost) or be skipped (the one before still waits on a lock), as the
+  // leader's renewal does for its lease. A bus that runs no worker never beats; the processes that
+  // do are checked where they start.
+  const unattendedMs = o.alerts?.handlerUnattendedMs ?? DEFAULTS.alerts.handlerUnattendedMs;
+  const heartbeatMs = o.worker?.heartbeatMs ?? DEFAULTS.worker.heartbeatMs;
+  if (o.worker?.enabled === false || unattendedMs === -1 || heartbeatMs * 2 <= unattendedMs) return;
+  const heartbeat = `${heartbeatMs}${o.worker?.heartbeatMs === undefined ? ', the default' : ''}`;
+  const unattended = `${unattendedMs}${o.alerts?.handlerUnattendedMs === undefined ? ', the default' : ''}`;
+  const why = 'or handler_unattended fires (and handlers.forget deletes without force) for handlers a running worker has';
+  ctx.addIssue(o.worker?.heartbeatMs !== undefined
+    ? { code: 'custom', path: ['worker', 'heartbeatMs'], message: `${heartbeat} must be at most half of alerts.handlerUnattendedMs (${unattended}), ${why}` }
+    : { code: 'custom', path: ['alerts', 'handlerUnattendedMs'], message: `${unattended} must be at least twice worker.heartbeatMs (${heartbeat}), ${why}; -1 turns the alert off` });
+});
 
 export const handlerOptionsSchema = z.object({
   maxAttempts: positiveInt.max(1000).optional(),
