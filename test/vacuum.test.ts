@@ -30,10 +30,14 @@ describeTargets('vacuum on $name', (target) => {
     }
     const vacuumed = bus.lifecycle.waitFor('tables:vacuumed', () => true, 10_000);
     await bus.start();
-    expect((await vacuumed).tables).toEqual(['jobs', 'events', 'consumes', 'webhook_attempts']);
+    // endpoints (a state change is never a HOT update), events_archive and admin_sessions_ended
+    // (deleted rows' space is reused only once VACUUM has recorded it) grew without bound too;
+    // handlers and leader, updated HOT, stay one page by pruning alone.
+    const all = ['jobs', 'events', 'consumes', 'webhook_attempts', 'endpoints', 'events_archive', 'admin_sessions_ended'];
+    expect((await vacuumed).tables).toEqual(all);
     if (target.name === 'postgres') {
       const rows = await target.query(`select relname from pg_stat_user_tables where schemaname = $1 and last_vacuum is not null order by relname`, [bus.schema]);
-      expect(rows.map((r: { relname: string }) => r.relname)).toEqual(['consumes', 'events', 'jobs', 'webhook_attempts']);
+      expect(rows.map((r: { relname: string }) => r.relname)).toEqual([...all].sort());
     }
   });
 
