@@ -687,7 +687,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       async forget(name, forgetOptions = {}) {
         if (typeof name !== 'string' || name.length === 0) throw new OptionsError('handlers.forget(name)', 'give the name of a handler');
         if (handlers.has(name)) throw new BusStateError(`handler '${name}' is registered in this very bus: it is not gone`);
-        const window = alertThresholds.handlerUnattendedMs >= 0 ? alertThresholds.handlerUnattendedMs : DEFAULTS.alerts.handlerUnattendedMs;
+        // A heartbeat may come as seldom as every heartbeatMs (one skipped or failed: twice
+        // that): with the alert off, its default window alone could be shorter than that.
+        const threshold = alertThresholds.handlerUnattendedMs >= 0 ? alertThresholds.handlerUnattendedMs : DEFAULTS.alerts.handlerUnattendedMs;
+        const window = Math.max(threshold, 2 * workerOptions.heartbeatMs);
         const r = await driver.admin.handlerForget({ name, unseenForMs: forgetOptions.force ? null : window, now: clock.now() });
         // No row, but waiting jobs of the name: a forget cut short, or jobs retried by name since.
         if (!r.forgotten && r.seenAt === null && r.cancelled === 0) throw new NotFoundError(`handler ${JSON.stringify(name)}`);

@@ -96,6 +96,16 @@ describeTargets('stored handlers on $name', (target) => {
     release();
   });
 
+  test('with the alert off, forget without force still refuses a handler seen within two heartbeats, however long the heartbeat', async () => {
+    const heartbeatMs = 20 * 60_000; // allowed with the alert off; longer than the alert's 15 min default
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false, heartbeatMs }, alerts: { handlerUnattendedMs: -1 } });
+    await bus.driver.executor.handlerUpsertMany([{ name: 'slow-beat', patterns: ['order.placed'], coalesceSubject: false, maxAttempts: 5, leaseMs: 1000, priority: 0 }]);
+    await target.query(`update "${bus.schema}".handlers set seen_at = now() - interval '16 minutes' where name = 'slow-beat'`);
+    await expect(bus.handlers.forget('slow-beat')).rejects.toBeInstanceOf(HandlerInUseError);
+    await target.query(`update "${bus.schema}".handlers set seen_at = now() - interval '41 minutes' where name = 'slow-beat'`);
+    expect(await bus.handlers.forget('slow-beat')).toEqual({ cancelled: 0 });
+  });
+
   test('forget cancels the waiting jobs in bounded batches; a name whose row is gone but whose jobs wait again (retried by name) has them cancelled', async () => {
     const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
     const s = bus.schema;
