@@ -606,6 +606,10 @@ describeTargets('admin API on $name', (target) => {
     const rest = (await call(s.url, 'GET', `/api/endpoints?cursor=${first.nextCursor}`, { headers: bearer() })).json;
     expect(rest.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1001']);
     expect(rest.nextCursor).toBeNull();
+    // A full page that ends the list has no nextCursor (before, any full page had one).
+    const lastFull = (await call(s.url, 'GET', `/api/endpoints?limit=1&cursor=${first.endpoints[999].id}`, { headers: bearer() })).json;
+    expect(lastFull.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1001']);
+    expect(lastFull.nextCursor).toBeNull();
     const two = (await call(s.url, 'GET', '/api/endpoints?limit=2', { headers: bearer() })).json;
     expect(two.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1', 'http://127.0.0.1:9/2']);
     for (const bad of ['limit=0', 'limit=1001', 'cursor=x']) {
@@ -619,6 +623,11 @@ describeTargets('admin API on $name', (target) => {
     const after = (await call(s.url, 'GET', `/endpoints?${next![1]!.replace(/&amp;/g, '&')}`, { headers: bearer() })).text;
     expect(after).toContain('http://127.0.0.1:9/201<');
     expect(after).not.toContain('http://127.0.0.1:9/200<');
+    // The panel's last page is full (200 endpoints, 802–1001) and links to no next page.
+    const tail = (await call(s.url, 'GET', `/endpoints?cursor=${first.endpoints[800].id}`, { headers: bearer() })).text;
+    expect(tail).toContain('http://127.0.0.1:9/802<');
+    expect(tail).toContain('http://127.0.0.1:9/1001<');
+    expect(tail).not.toContain('rel="next"');
   });
 
   test('the endpoints pages offer Disable for a failing endpoint too, and Enable only where there is something to clear', async () => {
