@@ -37,6 +37,6 @@ export type { AdminAuth } from './admin/auth.js';
 export { WebhookSecretError, WebhookUrlRefusedError } from './channels/webhook/errors.js';
 export { verifyPayload } from './channels/webhook/signature.js';
 export type { WebhookEnvelope, WebhookOptions } from './channels/webhook/channel.js';
-export type { Endpoint, EndpointChanges, EndpointInput, EndpointWithSecret, NewDelivery, WebhookAttempt } from './channels/webhook/endpoints.js';
+export type { Endpoint, EndpointChanges, EndpointInput, EndpointListFilter, EndpointWithSecret, NewDelivery, WebhookAttempt } from './channels/webhook/endpoints.js';
 export type { EventReplayFilter, HandlerBulkReplay, HandlerReplay } from './worker/replay.js';
 export type { EndpointState } from './driver/webhooks.js';

@@ -592,6 +592,45 @@ describeTargets('admin API on $name', (target) => {
     expect(await page('state=discarded&handler=mailer')).toMatch(/name="handler" value="mailer"/);
   });
 
+  test('the jobs tabs, the filter form and the pager keep every active filter (kind, handler, event id, page size)', async () => {
+    // Before, a tab kept only the handler: from jobs of one event, of kind handler, the
+    // "Dead letters" tab showed every handler job of every event; the filter form dropped kind.
+    const { bus: owner } = await setup(target);
+    await owner.start(); // stores the subscription, so the relay makes jobs for it
+    await owner.stop();
+    const bus = await testBus(target, events, { schema: owner.schema, worker: { enabled: false }, relay: { enabled: false } });
+    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+    const [first] = await bus.transaction((tx) => bus.recordMany(tx, ['R1', 'R2', 'R3'].map((orderNo) => ({ type: 'order.created' as const, payload: { orderNo } }))));
+    await bus.relayOnce();
+    const page = async (query: string) => (await call(s.url, 'GET', `/jobs?${query}`, { headers: bearer() })).text;
+    const links = (html: string, cls: string) => {
+      const nav = new RegExp(`<nav class="${cls}">(.*?)</nav>`, 's').exec(html)![1]!;
+      return [...nav.matchAll(/href="\/jobs\?([^"]*)"/g)].map((m) => new URLSearchParams(m[1]!.replace(/&amp;/g, '&')));
+    };
+
+    const oneEvent = await page(`state=available&kind=handler&handler=mailer&eventId=${first}&limit=5`);
+    const tabs = links(oneEvent, 'tabs');
+    expect(tabs).toHaveLength(7);
+    for (const q of tabs) {
+      expect(Object.fromEntries([...q].filter(([k]) => k !== 'state'))).toEqual({ kind: 'handler', handler: 'mailer', eventId: first, limit: '5' });
+    }
+    expect(tabs.map((q) => q.get('state'))).toEqual(['discarded', 'retryable', 'available', 'running', 'cancelled', 'completed', null]);
+    // Following the "Waiting" tab shows the one job of that event, as the page it came from did.
+    const waiting = await page(tabs[2]!.toString());
+    expect(waiting.match(/<code>mailer<\/code>/g)).toHaveLength(1);
+    // The filter form submits the kind it shows, and the page size.
+    expect(oneEvent).toMatch(/<select name="kind">.*<option value="handler" selected>handler<\/option>/s);
+    expect(oneEvent).toContain('<input type="hidden" name="limit" value="5">');
+
+    // The pager carries every filter too, and the tabs start over at the first page.
+    const paged = await page('state=available&kind=handler&handler=mailer&limit=1');
+    const [older] = links(paged, 'pager');
+    expect(Object.fromEntries([...older!].filter(([k]) => k !== 'cursor'))).toEqual({ state: 'available', kind: 'handler', handler: 'mailer', limit: '1' });
+    const second = await page(older!.toString());
+    expect(second.match(/<code>mailer<\/code>/g)).toHaveLength(1);
+    for (const q of links(second, 'tabs')) expect(q.has('cursor')).toBe(false);
+  });
+
   test('endpoints come in pages: the API gives nextCursor, the panel links to more; past the first 1,000 too', async () => {
     const { bus, s } = await setup(target);
     // Before, the API, the panel and the CLI showed the oldest 1,000 and nothing said more existed.
@@ -606,6 +645,10 @@ describeTargets('admin API on $name', (target) => {
     const rest = (await call(s.url, 'GET', `/api/endpoints?cursor=${first.nextCursor}`, { headers: bearer() })).json;
     expect(rest.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1001']);
     expect(rest.nextCursor).toBeNull();
+    // A full page that ends the list has no nextCursor (before, any full page had one).
+    const lastFull = (await call(s.url, 'GET', `/api/endpoints?limit=1&cursor=${first.endpoints[999].id}`, { headers: bearer() })).json;
+    expect(lastFull.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1001']);
+    expect(lastFull.nextCursor).toBeNull();
     const two = (await call(s.url, 'GET', '/api/endpoints?limit=2', { headers: bearer() })).json;
     expect(two.endpoints.map((e: { url: string }) => e.url)).toEqual(['http://127.0.0.1:9/1', 'http://127.0.0.1:9/2']);
     for (const bad of ['limit=0', 'limit=1001', 'cursor=x']) {
@@ -619,6 +662,11 @@ describeTargets('admin API on $name', (target) => {
     const after = (await call(s.url, 'GET', `/endpoints?${next![1]!.replace(/&amp;/g, '&')}`, { headers: bearer() })).text;
     expect(after).toContain('http://127.0.0.1:9/201<');
     expect(after).not.toContain('http://127.0.0.1:9/200<');
+    // The panel's last page is full (200 endpoints, 802–1001) and links to no next page.
+    const tail = (await call(s.url, 'GET', `/endpoints?cursor=${first.endpoints[800].id}`, { headers: bearer() })).text;
+    expect(tail).toContain('http://127.0.0.1:9/802<');
+    expect(tail).toContain('http://127.0.0.1:9/1001<');
+    expect(tail).not.toContain('rel="next"');
   });
 
   test('the endpoints pages offer Disable for a failing endpoint too, and Enable only where there is something to clear', async () => {

@@ -179,6 +179,14 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(first.out.trim().split('\n').at(-1)).toBe(`(more: --cursor ${ids[1]})`);
     const rest = await rea('endpoints', 'list', '--limit', '2', '--cursor', ids[1]!, '--json', ...db);
     expect(JSON.parse(rest.out).map((e: { id: string }) => e.id)).toEqual([ids[2]]);
+    // A full page with nothing after it ends without a hint: before, any full page printed one,
+    // and following it gave 'no endpoints'.
+    const last = await rea('endpoints', 'list', '--limit', '2', '--cursor', ids[0]!, ...db);
+    expect(last.out).toContain('http://127.0.0.1:9/3');
+    expect(last.out).not.toContain('(more');
+    const all = await rea('endpoints', 'list', '--limit', '3', ...db);
+    expect(all.out.match(/http:\/\/127\.0\.0\.1:9\/\d/g)).toHaveLength(3);
+    expect(all.out).not.toContain('(more');
     const bad = await rea('endpoints', 'list', '--cursor', 'next', ...db);
     expect(bad.code).toBe(2);
     expect(bad.err).toContain('--cursor');

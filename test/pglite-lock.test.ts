@@ -3,12 +3,12 @@
 // DataDirLockedError. A lock whose process died is taken over; in-memory PGlite needs none.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createBus, DatabaseError, DataDirLockedError, defineEvents, type Bus, type EventSchemas } from '../src/index.js';
+import { createBus, DatabaseError, DataDirLockedError, defineEvents, OptionsError, type Bus, type EventSchemas } from '../src/index.js';
 
 const holder = fileURLToPath(new URL('./fixtures/pglite-holder.ts', import.meta.url));
 const events = defineEvents({});
@@ -110,6 +110,41 @@ describe('PGlite data directory lock', () => {
     const second = open(dir);
     await second.migrate();
     await second.stop();
+  });
+
+  it('a path that is a file (or lies under one) is OptionsError database.pglite naming it, not a bare fs error', () => {
+    // Before, createBus threw Node's "EEXIST: file already exists, mkdir …" (ENOTDIR under a file).
+    const file = join(tempDir(), 'data');
+    writeFileSync(file, 'not a directory');
+    for (const [given, named, problem] of [
+      [file, file, 'is a file, not a directory'],
+      [`file://${file}`, file, 'is a file, not a directory'],
+      [join(file, 'sub'), join(file, 'sub'), 'a part of its path is a file'],
+    ] as const) {
+      const err = (() => { try { open(given); } catch (e) { return e; } })();
+      expect(err).toBeInstanceOf(OptionsError);
+      expect(err).toMatchObject({ code: 'ERR_OPTIONS', field: 'database.pglite' });
+      expect((err as Error).message).toContain(named);
+      expect((err as Error).message).toContain(problem);
+      expect(((err as Error).cause as NodeJS.ErrnoException).code).toMatch(/^(EEXIST|ENOTDIR)$/);
+    }
+    expect(readFileSync(file, 'utf8')).toBe('not a directory');
+  });
+
+  // root may write anywhere, so no permission refusal happens to test (the suite runs as root in CI).
+  it.skipIf(process.getuid?.() === 0)('a directory this process may not write in is OptionsError database.pglite naming it', () => {
+    const parent = tempDir();
+    const closed = join(parent, 'closed');
+    mkdirSync(closed);
+    chmodSync(closed, 0o555);
+    cleanup.push(() => chmodSync(closed, 0o755));
+    for (const [given, act] of [[join(closed, 'data'), 'cannot create'], [closed, 'cannot write in']] as const) {
+      const err = (() => { try { open(given); } catch (e) { return e; } })();
+      expect(err).toBeInstanceOf(OptionsError);
+      expect(err).toMatchObject({ field: 'database.pglite' });
+      expect((err as Error).message).toContain(`${act} ${given}: permission denied`);
+    }
+    expect(readdirSync(closed)).toEqual([]);
   });
 
   it('in-memory PGlite takes no lock', async () => {

@@ -125,6 +125,25 @@ describeTargets('webhooks on $name', (target) => {
     expect((err as OptionsError).message).toContain('endpoints.list.after');
   });
 
+  test('endpoints.page says whether a next page exists: a full last page has no nextCursor', async () => {
+    // Before, only a short page told the end: a caller (the CLI, the API, the panel) took a full
+    // page for "more", and following it gave an empty page.
+    const bus = await testBus(target, events, local);
+    const made: string[] = [];
+    for (let i = 0; i < 4; i++) made.push((await bus.endpoints.create({ url: `http://127.0.0.1:9/${i}`, eventTypes: ['order.created'] })).id);
+    const first = await bus.endpoints.page({ limit: 2 });
+    expect(first).toEqual({ items: (await bus.endpoints.list({ limit: 2 })), nextCursor: made[1] });
+    const second = await bus.endpoints.page({ limit: 2, after: first.nextCursor! });
+    expect(second.items.map((e) => e.id)).toEqual(made.slice(2));
+    expect(second.nextCursor).toBeNull();
+    expect((await bus.endpoints.page()).nextCursor).toBeNull();
+    expect((await bus.endpoints.page({ limit: 4 })).nextCursor).toBeNull();
+    await bus.endpoints.disable(made[3]!);
+    expect(await bus.endpoints.page({ state: 'enabled', limit: 3 })).toMatchObject({ nextCursor: null });
+    expect(await bus.endpoints.page({ state: 'enabled', limit: 2 })).toMatchObject({ nextCursor: made[1] });
+    await expect(bus.endpoints.page({ limit: 0 })).rejects.toThrow(/endpoints\.page\.limit/);
+  });
+
   test("a failing endpoint's backlog steps aside for the others' deliveries, and comes back when it recovers", async () => {
     // Claims go in order of due time across endpoints: before, the five deliveries of an endpoint
     // that is down were each tried (a timeout each, for one that hangs) on the only webhook slot,

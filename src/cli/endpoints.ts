@@ -108,18 +108,18 @@ export function endpointsCommand(): Command {
     command('list', 'list endpoints with their state (never their secrets)')
       .option('--state <state>', 'only enabled, failing or disabled endpoints')
       .option('--cursor <id>', 'the next page, as printed after the last one: endpoints created after this one')
-      .option('--limit <n>', 'endpoints per page (1–1000); a full page (--json: an array this long) may have more after it', wholeNumber(1, 1000), 1000)
+      .option('--limit <n>', 'endpoints per page (1–1000); "(more: --cursor …)" follows only when more come after (--json: a full array may have more)', wholeNumber(1, 1000), 1000)
       .action(async (flags: Flags & { state?: string; cursor?: string; limit: number }) => {
         if (flags.state !== undefined && !STATES.includes(flags.state as EndpointState)) {
           throw new UsageError('--state', `must be one of ${STATES.join(', ')}, got '${flags.state}'`);
         }
         if (flags.cursor !== undefined && !UUID.test(flags.cursor)) throw new UsageError('--cursor', `${flags.cursor} is not an endpoint id (a UUID)`);
-        const list = await withEndpointsBus(flags, (bus) => bus.endpoints.list({
+        const { items: list, nextCursor } = await withEndpointsBus(flags, (bus) => bus.endpoints.page({
           state: flags.state as EndpointState | undefined, limit: flags.limit, ...(flags.cursor ? { after: flags.cursor } : {}),
         }));
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatEndpoint).join('\n') : 'no endpoints');
-        if (list.length === flags.limit) console.log(`(more: --cursor ${list.at(-1)!.id})`);
+        if (nextCursor) console.log(`(more: --cursor ${nextCursor})`);
       }),
   );
 

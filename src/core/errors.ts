@@ -33,8 +33,8 @@ export class ReaError extends Error {
 
 /** An option given to createBus, bus.on or a service is missing or out of range. */
 export class OptionsError extends ReaError {
-  constructor(readonly field: string, problem: string) {
-    super('ERR_OPTIONS', `invalid option ${field}: ${problem}`);
+  constructor(readonly field: string, problem: string, options?: { cause?: unknown }) {
+    super('ERR_OPTIONS', `invalid option ${field}: ${problem}`, options);
   }
 }
 

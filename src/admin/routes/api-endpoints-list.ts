@@ -10,9 +10,7 @@ export default defineRoute({
   method: 'GET', path: '/api/endpoints', access: 'user', kind: 'api',
   async handle({ bus, query: q }) {
     const { state, cursor, limit = DEFAULT_LIMIT } = parse(endpointListQuery, queryFields(q));
-    const endpoints = await bus.endpoints.list({ ...(state ? { state } : {}), limit, ...(cursor ? { after: cursor } : {}) });
-    // A full page may have more after it; an empty next page costs one query.
-    const nextCursor = endpoints.length === limit ? endpoints.at(-1)!.id : null;
-    return { json: { endpoints: endpoints.map(endpointView), nextCursor } };
+    const page = await bus.endpoints.page({ ...(state ? { state } : {}), limit, ...(cursor ? { after: cursor } : {}) });
+    return { json: { endpoints: page.items.map(endpointView), nextCursor: page.nextCursor } };
   },
 });

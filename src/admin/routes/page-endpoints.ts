@@ -10,7 +10,7 @@ const query = z.object({
   state: z.enum(['enabled', 'failing', 'disabled']).optional(),
   cursor: uuid.optional(),
 }).strip();
-/** Endpoints a page shows; a full page links to the next. */
+/** Endpoints a page shows; a page links to the next only when one follows. */
 const PAGE_SIZE = 200;
 
 export default defineRoute({
@@ -18,9 +18,10 @@ export default defineRoute({
   async handle(ctx) {
     const p = ctx.page;
     const filter = parse(query, queryFields(ctx.query));
-    const endpoints = (await ctx.bus.endpoints.list({
+    const page = await ctx.bus.endpoints.page({
       ...(filter.state ? { state: filter.state } : {}), limit: PAGE_SIZE, ...(filter.cursor ? { after: filter.cursor } : {}),
-    })).map(endpointView);
+    });
+    const endpoints = page.items.map(endpointView);
     const href = (cursor?: string) => {
       const q = new URLSearchParams({ ...(filter.state ? { state: filter.state } : {}), ...(cursor ? { cursor } : {}) }).toString();
       return `${p.base}/endpoints${q ? `?${q}` : ''}`;
@@ -34,7 +35,7 @@ export default defineRoute({
     const body = html`<h1>Endpoints</h1>
 <nav class="tabs">${(['', 'enabled', 'failing', 'disabled'] as const).map((s) => html`<a href="${p.base}/endpoints${s ? `?state=${s}` : ''}"${(filter.state ?? '') === s ? html` aria-current="page"` : ''}>${s || 'all'}</a>`)}</nav>
 ${table(['URL', 'Event types', 'State', 'Failing since', 'Disabled reason', 'Secret', ''], rows, 'No endpoints.')}
-<nav class="pager">${filter.cursor ? html`<a href="${href()}">first</a>` : ''}${endpoints.length === PAGE_SIZE ? html`<a href="${href(endpoints.at(-1)!.id)}" rel="next">more →</a>` : ''}</nav>
+<nav class="pager">${filter.cursor ? html`<a href="${href()}">first</a>` : ''}${page.nextCursor ? html`<a href="${href(page.nextCursor)}" rel="next">more →</a>` : ''}</nav>
 <h2>Add an endpoint</h2>
 <form class="stack" method="post" action="${p.base}/api/endpoints">
 <input type="hidden" name="_csrf" value="${p.csrf ?? ''}"><input type="hidden" name="_return" value="/endpoints">

@@ -1,6 +1,7 @@
 // GET /jobs: jobs by state and handler, the dead letters (discarded) first among the tabs, with
 // retry, cancel and discard buttons.
 import { actionButton, badge, html, layout, table, time, type PageContext, type Safe } from '../html.js';
+import { JOB_LIST_KINDS } from '../../core/filters.js';
 import { HttpError } from '../http.js';
 import { defineRoute, parse, queryFields } from '../route.js';
 import { jobListQuery } from '../schemas.js';
@@ -43,9 +44,13 @@ export default defineRoute({
     const handlers = await ctx.bus.driver.admin.handlerNames();
     const state = raw.state ?? '';
     const here = `/jobs?${new URLSearchParams(Object.entries(raw).filter(([k]) => k !== 'cursor')).toString()}`;
-    const tabs = html`<nav class="tabs">${TABS.map(([s, label]) => html`<a href="${p.base}/jobs?${new URLSearchParams({ ...(s ? { state: s } : {}), ...(raw.handler ? { handler: raw.handler } : {}) }).toString()}"${s === state ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>`;
+    // A tab changes the state and keeps every other filter (kind, handler, event id, page size);
+    // it starts at the first page. Before, a tab kept the handler only.
+    const otherFilters = Object.fromEntries(Object.entries(raw).filter(([k]) => k !== 'state' && k !== 'cursor'));
+    const tabs = html`<nav class="tabs">${TABS.map(([s, label]) => html`<a href="${p.base}/jobs?${new URLSearchParams({ ...(s ? { state: s } : {}), ...otherFilters }).toString()}"${s === state ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>`;
     const filters = html`<form class="filters" method="get" action="${p.base}/jobs">
-${state ? html`<input type="hidden" name="state" value="${state}">` : ''}
+${state ? html`<input type="hidden" name="state" value="${state}">` : ''}${raw.limit ? html`<input type="hidden" name="limit" value="${raw.limit}">` : ''}
+<label>Kind <select name="kind"><option value="">any</option>${JOB_LIST_KINDS.map((k) => html`<option value="${k}"${k === raw.kind ? html` selected` : ''}>${k}</option>`)}</select></label>
 <label>Handler <select name="handler"><option value="">any</option>${handlers.map((h) => html`<option value="${h}"${h === raw.handler ? html` selected` : ''}>${h}</option>`)}</select></label>
 <label>Event id <input name="eventId" value="${raw.eventId ?? ''}"></label>
 <button type="submit">Filter</button></form>`;

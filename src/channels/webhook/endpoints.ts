@@ -4,6 +4,7 @@ import type { Clock } from '../../core/clock.js';
 import { BusStateError, NotFoundError, OptionsError, UnknownEventTypeError } from '../../core/errors.js';
 import { storable } from '../../core/errors-format.js';
 import { patternMatches } from '../../core/events.js';
+import { pageOf, type Page } from '../../core/filters.js';
 import { isJobId } from '../../core/job-id.js';
 import { MAX_WINDOW_MS } from '../../core/options.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
@@ -42,13 +43,23 @@ export interface NewDelivery {
   endpointId: string;
 }
 
+export interface EndpointListFilter {
+  state?: EndpointState;
+  /** 1–1000, default 1000. */
+  limit?: number;
+  /** The last id of the page before (a page's `nextCursor`). */
+  after?: string;
+}
+
 export interface EndpointsApi {
   create(input: EndpointInput): Promise<EndpointWithSecret>;
   /**
    * Oldest first, at most `limit` (1–1000, default 1000). A full page may have more after it:
-   * ask again with `after` = its last id.
+   * ask again with `after` = its last id (or use page(), which says whether there is more).
    */
-  list(filter?: { state?: EndpointState; limit?: number; after?: string }): Promise<Endpoint[]>;
+  list(filter?: EndpointListFilter): Promise<Endpoint[]>;
+  /** As list(), with `nextCursor`: the `after` of the next page, null when no endpoint follows. */
+  page(filter?: EndpointListFilter): Promise<Page<Endpoint>>;
   get(id: string): Promise<Endpoint | null>;
   update(id: string, changes: EndpointChanges): Promise<Endpoint>;
   /** The owner's act after fixing the receiver: state enabled, failing and disabled fields cleared. One already enabled is left as it is (no endpoint:state). */
@@ -155,6 +166,17 @@ export function createWebhookApi(
     return { deliveryId, webhookId: webhookIdFor(eventId, deliveryId), eventId, endpointId };
   }
 
+  // One row more than asked: its presence says a next page exists (a full page alone does not).
+  async function endpointPage(name: string, filter: EndpointListFilter): Promise<Page<Endpoint>> {
+    const state = filter.state ?? null;
+    if (state !== null && !ENDPOINT_STATES.includes(state)) throw new OptionsError(`${name}.state`, `must be one of ${ENDPOINT_STATES.join(', ')}`);
+    const limit = filter.limit ?? MAX_LIST;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST) throw new OptionsError(`${name}.limit`, `must be an integer in 1–${MAX_LIST}`);
+    const after = filter.after ?? null;
+    if (after !== null && (typeof after !== 'string' || !UUID.test(after))) throw new OptionsError(`${name}.after`, 'must be an endpoint id (the last one of the page before)');
+    return pageOf(await w.endpointList({ state, limit: limit + 1, after }), limit);
+  }
+
   const endpoints: EndpointsApi = {
     async create(input) {
       if (!input || typeof input !== 'object') throw new OptionsError('endpoints.create(input)', 'pass { url, eventTypes, description?, secret? }');
@@ -170,13 +192,11 @@ export function createWebhookApi(
     },
 
     async list(filter = {}) {
-      const state = filter.state ?? null;
-      if (state !== null && !ENDPOINT_STATES.includes(state)) throw new OptionsError('endpoints.list.state', `must be one of ${ENDPOINT_STATES.join(', ')}`);
-      const limit = filter.limit ?? MAX_LIST;
-      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST) throw new OptionsError('endpoints.list.limit', `must be an integer in 1–${MAX_LIST}`);
-      const after = filter.after ?? null;
-      if (after !== null && (typeof after !== 'string' || !UUID.test(after))) throw new OptionsError('endpoints.list.after', 'must be an endpoint id (the last one of the page before)');
-      return w.endpointList({ state, limit, after });
+      return (await endpointPage('endpoints.list', filter)).items;
+    },
+
+    page(filter = {}) {
+      return endpointPage('endpoints.page', filter);
     },
 
     async get(id) {

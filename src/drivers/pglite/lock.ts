@@ -4,7 +4,7 @@
 // on close or exit. A lock whose process is gone (kill -9, a crash) is taken over.
 import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { DataDirLockedError } from '../../core/errors.js';
+import { DataDirLockedError, OptionsError } from '../../core/errors.js';
 
 export const LOCK_FILE = 'rea.lock';
 
@@ -34,15 +34,28 @@ export interface DataDirLock {
   release(): void;
 }
 
-/** Take `dir`'s lock (creating the directory if missing) or throw DataDirLockedError naming its holder. */
+/**
+ * Take `dir`'s lock (creating the directory if missing) or throw DataDirLockedError naming its
+ * holder; OptionsError (`database.pglite`) when the path cannot be a directory rea writes in.
+ */
 export function lockDataDir(dir: string): DataDirLock {
   const directory = resolve(dir);
-  mkdirSync(directory, { recursive: true });
+  try {
+    mkdirSync(directory, { recursive: true });
+  } catch (err) {
+    throw unusableDir(directory, 'create', err);
+  }
   const path = join(directory, LOCK_FILE);
   // Each pass ends with the lock taken, a refusal, or a stale lock removed; several passes only
   // when other processes take, release or take over the same lock at the same moment.
   for (let pass = 0; pass < 10; pass++) {
-    if (createWithPid(path)) return hold(path);
+    let created: boolean;
+    try {
+      created = createWithPid(path);
+    } catch (err) {
+      throw unusableDir(directory, 'write in', err);
+    }
+    if (created) return hold(path);
     const holder = readHolder(path);
     if (holder === 'gone') continue; // released meanwhile
     if (holder !== 'unreadable' && isLive(holder, path)) throw new DataDirLockedError(directory, holder, path);
@@ -50,6 +63,21 @@ export function lockDataDir(dir: string): DataDirLock {
   }
   const holder = readHolder(path);
   throw new DataDirLockedError(directory, typeof holder === 'number' ? holder : 0, path);
+}
+
+/**
+ * A path that cannot be a data directory is a wrong option, named as such (before, createBus threw
+ * the bare fs error: "EEXIST: file already exists, mkdir …"). Other fs errors pass as they are.
+ */
+function unusableDir(directory: string, act: 'create' | 'write in', err: unknown): unknown {
+  const code = (err as NodeJS.ErrnoException)?.code;
+  const problem =
+    code === 'EEXIST' ? `${directory} is a file, not a directory: give the path of a directory (created if missing)`
+    : code === 'ENOTDIR' ? `${directory} is not a directory: a part of its path is a file`
+    : code === 'EACCES' || code === 'EPERM' ? `cannot ${act} ${directory}: permission denied (${code}); give a directory this process may write in`
+    : code === 'EROFS' ? `cannot ${act} ${directory}: the file system is read-only (EROFS)`
+    : null;
+  return problem === null ? err : new OptionsError('database.pglite', problem, { cause: err });
 }
 
 function hold(path: string): DataDirLock {
