@@ -3,7 +3,7 @@
 // flags. Each is a typed error naming the problem (and the flag), never the password, with exit
 // code 2 for a wrong command line and 1 for a database that cannot be used.
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -77,6 +77,20 @@ describe('rea: command-line mistakes', () => {
     expect(r.code).toBe(2);
     expect(r.text).toContain(`invalid option --pglite: ${dir} holds no PGlite database (rea migrate --pglite ${dir} creates one)`);
     expect(existsSync(dir)).toBe(false);
+  });
+
+  it('a --pglite path that is a file is named as a file, not offered to rea migrate, and left as it was', async () => {
+    const file = join(tmpdir(), `rea-file-${process.pid}-${Date.now()}`);
+    writeFileSync(file, 'not a database');
+    try {
+      const r = await rea('status', '--pglite', file);
+      expect(r.code).toBe(2);
+      expect(r.text).toContain(`invalid option --pglite: ${file} is a file, not a PGlite data directory`);
+      expect(r.text).not.toContain('rea migrate');
+      expect(readFileSync(file, 'utf8')).toBe('not a database');
+    } finally {
+      rmSync(file, { force: true });
+    }
   });
 
   it('with --json the error is JSON too: code, message and the flag at fault', async () => {

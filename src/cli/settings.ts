@@ -1,6 +1,6 @@
 // Where the CLI finds its database: flags first, then environment variables. Everything is
 // checked here, before a connection is opened, and errors name the flag (or variable) at fault.
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import { OptionsError } from '../core/errors.js';
@@ -42,7 +42,11 @@ export function resolveConnection(flags: ConnectionFlags, options: { create?: bo
   if (dir) {
     if (!options.create && !dir.startsWith('memory://') && !existsSync(join(dir, 'PG_VERSION'))) {
       const field = flags.pglite !== undefined ? '--pglite' : 'REA_PGLITE';
-      throw new OptionsError(field, `${dir} holds no PGlite database (rea migrate --pglite ${dir} creates one)`);
+      // A file there is no database rea migrate could create: say what it is instead.
+      const notADirectory = existsSync(dir) && !statSync(dir).isDirectory();
+      throw new OptionsError(field, notADirectory
+        ? `${dir} is a file, not a PGlite data directory: give the path of a directory`
+        : `${dir} holds no PGlite database (rea migrate --pglite ${dir} creates one)`);
     }
     return { database: { pglite: dir }, schema };
   }
