@@ -590,6 +590,12 @@ describeTargets('admin API on $name', (target) => {
     expect(await page('state=discarded')).toMatch(bulkForm);
     expect(await page('state=discarded')).toContain('Retry every discarded job, of every handler, on every page?');
     expect(await page('state=discarded&handler=mailer')).toMatch(/name="handler" value="mailer"/);
+    // kind=handler beside a handler adds nothing the retry does not honour (only handler jobs are
+    // the handler's), so the button stays; kind=webhook would not.
+    const handlerKind = await page('state=discarded&kind=handler&handler=mailer');
+    expect(handlerKind).toMatch(bulkForm);
+    expect(handlerKind).toContain('Retry all dead letters of mailer');
+    expect(await page('state=discarded&kind=webhook&handler=mailer')).not.toMatch(bulkForm);
   });
 
   test('the jobs tabs, the filter form and the pager keep every active filter (kind, handler, event id, page size)', async () => {

@@ -16,7 +16,10 @@ const BULK_RETRY_FILTERS = new Set(['state', 'handler', 'cursor', 'limit']);
  * offered there; each row keeps its own Retry button.
  */
 function bulkRetry(p: PageContext, raw: Record<string, string>, here: string): Safe {
-  const unhonoured = Object.keys(raw).filter((k) => !BULK_RETRY_FILTERS.has(k));
+  // kind=handler with a handler named says nothing more than the handler does: only handler jobs
+  // are that handler's (a webhook job's target is an endpoint id).
+  const implied = (k: string) => k === 'kind' && raw.kind === 'handler' && raw.handler !== undefined;
+  const unhonoured = Object.keys(raw).filter((k) => !BULK_RETRY_FILTERS.has(k) && !implied(k));
   if (unhonoured.length) {
     return html`<p class="muted">Retry all works by handler only: with ${unhonoured.join(' and ')} set, retry jobs one by one.</p>`;
   }
