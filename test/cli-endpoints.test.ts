@@ -132,6 +132,20 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(kept.code).toBe(0);
     expect(kept.out).toMatch(/^\d{4}-\S+Z {2}success {3}200 +\d+ ms {2}#1 test {2}ok$/);
 
+    // Pages: a hint only when older attempts remain, and the cursor it prints reaches them.
+    expect((await rea('endpoints', 'test', quietOne, ...db)).code).toBe(0);
+    expect((await rea('endpoints', 'test', quietOne, ...db)).code).toBe(0);
+    const first = await rea('endpoints', 'attempts', quietOne, '--limit', '1', ...db);
+    const more = /\(more: --cursor (\d+)\)$/.exec(first.out);
+    expect(first.out.split('\n')).toHaveLength(2);
+    expect(more).not.toBeNull();
+    const second = await rea('endpoints', 'attempts', quietOne, '--limit', '1', '--cursor', more![1]!, ...db);
+    expect(second.code).toBe(0);
+    expect(second.out).toMatch(/^\d{4}-\S+Z {2}success {3}200 +\d+ ms {2}#1 test {2}ok$/); // the last page: no hint
+    expect(second.out).not.toBe(first.out.split('\n')[0]);
+    expect((await rea('endpoints', 'attempts', quietOne, '--limit', '2', ...db)).out).not.toContain('(more:');
+    expect(await rea('endpoints', 'attempts', quietOne, '--cursor', 'x', ...db)).toMatchObject({ code: 2, err: expect.stringContaining('x is not an attempt id') });
+
     const unknown = '0190a4b2-0000-7000-8000-000000000000';
     expect(await rea('endpoints', 'attempts', unknown, ...db)).toMatchObject({ code: 2, out: '', err: `rea: endpoint ${unknown} not found` });
     const json = await rea('endpoints', 'attempts', unknown, '--json', ...db);

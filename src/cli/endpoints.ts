@@ -10,6 +10,7 @@ import type { EndpointState } from '../driver/webhooks.js';
 import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
 import { EXIT_FAILED } from './exit-codes.js';
 import { printable } from './printable.js';
+import { isJobId } from '../core/job-id.js';
 
 interface Flags extends ConnectionFlags {
   json?: boolean;
@@ -194,17 +195,24 @@ export function endpointsCommand(): Command {
   root.addCommand(
     command('attempts', "an endpoint's delivery attempts, newest first")
       .argument('<id>', 'the endpoint id', endpointId('attempts'))
-      .option('--limit <n>', 'how many (1–1000)', wholeNumber(1, 1000), 20)
-      .action(async (id: string, flags: Flags & { limit: number }) => {
+      .option('--limit <n>', 'attempts per page (1–500, as in the HTTP API); "(more: --cursor …)" follows only when older ones remain (--json: a full array may have more)', wholeNumber(1, 500), 20)
+      .option('--cursor <attempt>', 'the next page, as printed after the last one: attempts older than this one')
+      .action(async (id: string, flags: Flags & { limit: number; cursor?: string }) => {
+        if (flags.cursor !== undefined && !isJobId(flags.cursor)) throw new UsageError('--cursor', `${flags.cursor} is not an attempt id (a whole number, as printed after "(more: --cursor")`);
         // The log outlives a deleted endpoint, so it is listed while attempts remain; an id with
-        // neither is not found (as in the HTTP API), not an empty list that hides a typo.
-        const list = await withEndpointsBus(flags, async (bus) => {
-          const attempts = await bus.endpoints.attempts(id, { limit: flags.limit });
-          if (attempts.length === 0 && !(await bus.endpoints.get(id))) throw new NotFoundError(`endpoint ${id}`);
+        // neither is not found (as in the HTTP API), not an empty list that hides a typo. One more
+        // than the page tells whether another page follows.
+        const rows = await withEndpointsBus(flags, async (bus) => {
+          const attempts = await bus.endpoints.attempts(id, { limit: flags.limit + 1, ...(flags.cursor ? { before: flags.cursor } : {}) });
+          if (attempts.length === 0 && !(await bus.endpoints.get(id)) && (!flags.cursor || (await bus.endpoints.attempts(id, { limit: 1 })).length === 0)) {
+            throw new NotFoundError(`endpoint ${id}`);
+          }
           return attempts;
         });
+        const list = rows.slice(0, flags.limit);
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatAttempt).join('\n') : 'no attempts');
+        if (rows.length > flags.limit) console.log(`(more: --cursor ${list.at(-1)!.id})`);
       }),
   );
 
