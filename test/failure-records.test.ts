@@ -18,6 +18,23 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describeTargets('failure records on $name', (target) => {
   const test = it.skipIf(!target.available);
 
+  test("a failed attempt's log line names the error's class (err_name) beside its message, as the stored error entry does", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    class CarrierRejected extends Error {
+      override name = 'CarrierRejected';
+    }
+    bus.on('task.queued', 'ship', async () => {
+      throw new CarrierRejected('no such postcode');
+    }, { maxAttempts: 1 });
+    await bus.start();
+    const discarded = bus.lifecycle.waitFor('job:discarded');
+    await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    await discarded;
+    const line = lines.find((l) => l.msg === 'job discarded');
+    expect(line).toMatchObject({ level: 'warn', err: 'no such postcode', err_name: 'CarrierRejected', handler: 'ship' });
+  });
+
   test('errors PostgreSQL cannot store as they are (NUL, a lone surrogate, an emoji at the 2,000-character cut) are stored cleaned, and nobody else waits', async () => {
     const bus = await testBus(target, events, { worker: { completionFlushMs: 5 } });
     const throwers: Record<string, () => Error> = {

@@ -636,7 +636,7 @@ export class Worker {
       state = 'retryable';
       scheduledAt = new Date(now + this.retryDelayMs(job, channel, err, log));
     }
-    log.warn({ err: entry.message, retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
+    log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
     const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
     if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
     this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded' });
