@@ -131,7 +131,7 @@ describe('rea: command-line mistakes', () => {
     expect(JSON.parse(unknownWithValue.text).error).toMatchObject({ code: 'ERR_USAGE', field: '--colour' });
     const bad = await rea('endpoints', 'attempts', '0190a8f2-0000-7000-8000-000000000000', '--json', '--limit', 'abc');
     expect(bad.code).toBe(2);
-    expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', field: '--limit', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 1000") });
+    expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', field: '--limit', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 500") });
     // Without --json the text stays as it was, with the help after it.
     const text = await rea('status', '--colour');
     expect(text.text).toContain("error: unknown option '--colour'");
@@ -149,7 +149,7 @@ describe('rea: command-line mistakes', () => {
     const id = '0190a8f2-0000-7000-8000-000000000000';
     const cases: [string[], RegExp][] = [
       [['status', ...db, '--schema', 'Other'], /invalid option --schema: 'Other' is not a plain lower-case identifier/],
-      [['endpoints', 'attempts', id, ...db, '--limit', 'abc'], /option '--limit <n>' argument 'abc' is invalid\. must be a whole number from 1 to 1000/],
+      [['endpoints', 'attempts', id, ...db, '--limit', 'abc'], /option '--limit <n>' argument 'abc' is invalid\. must be a whole number from 1 to 500/],
       [['endpoints', 'rotate', id, ...db, '--grace-ms', '-5'], /option '--grace-ms <ms>' argument '-5' is invalid\. must be a whole number ≥ 0/],
       [['endpoints', 'list', ...db, '--state', 'bogus'], /invalid option --state: must be one of enabled, failing, disabled, got 'bogus'/],
       // 30 February was taken as 2 March, and the message blamed --until.
