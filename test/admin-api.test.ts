@@ -698,6 +698,39 @@ describeTargets('admin API on $name', (target) => {
     }
   });
 
+  test('a webhook URL\'s ?token= never reaches a panel page, a confirm text or a notice (the redirect URL); a blank URL in the edit form keeps it', async () => {
+    const { bus, s, origin } = await setup(target, { handlers: false });
+    const url = 'http://127.0.0.1:9/hook?tenant=acme&token=TOPSECRET42&x-api-key=KEY77';
+    const ep = await bus.endpoints.create({ url, eventTypes: ['order.*'] });
+    const cookie = await login(s.url);
+    const list = await call(s.url, 'GET', '/endpoints', { headers: { cookie } });
+    const page = await call(s.url, 'GET', `/endpoints/${ep.id}`, { headers: { cookie } });
+    for (const r of [list, page]) {
+      expect(r.status).toBe(200);
+      expect(r.text).not.toContain('TOPSECRET42');
+      expect(r.text).not.toContain('KEY77');
+      expect(r.text).toContain('tenant=acme&amp;token=***&amp;x-api-key=***');
+    }
+    const csrf = csrfFrom(page.text);
+    const here = `/endpoints/${ep.id}`;
+    for (const action of ['disable', 'enable']) {
+      const r = await call(s.url, 'POST', `/api/endpoints/${ep.id}/${action}`, { form: { _csrf: csrf, _return: here }, headers: { cookie, origin } });
+      expect(r.status).toBe(303);
+      expect(decodeURIComponent(String(r.headers.location))).not.toContain('TOPSECRET42');
+      expect(decodeURIComponent(String(r.headers.location))).toContain('token=***');
+    }
+    // The edit form as a browser sends it, URL left blank: the URL stays, the rest changes.
+    const upd = await call(s.url, 'POST', `/api/endpoints/${ep.id}/update`, { form: { _csrf: csrf, _return: here, url: '', eventTypes: 'order.paid', description: 'v2' }, headers: { cookie, origin } });
+    expect(upd.status).toBe(303);
+    expect(decodeURIComponent(String(upd.headers.location))).not.toContain('TOPSECRET42');
+    expect((await bus.endpoints.get(ep.id))).toMatchObject({ url, eventTypes: ['order.paid'], description: 'v2' });
+    // A JSON body must still give a real URL.
+    expect((await call(s.url, 'POST', `/api/endpoints/${ep.id}/update`, { body: { url: '' }, headers: bearer() })).status).toBe(400);
+    // A URL without secret parts is shown and edited as it is.
+    const plain = await bus.endpoints.create({ url: 'http://127.0.0.1:9/plain?page=2', eventTypes: ['order.*'] });
+    expect((await call(s.url, 'GET', `/endpoints/${plain.id}`, { headers: { cookie } })).text).toContain('value="http://127.0.0.1:9/plain?page=2"');
+  });
+
   test('endpoints: create returns the secret once; list, get, disable, enable, rotate, test and the attempt log', async () => {
     const { bus, s } = await setup(target, { start: true, handlers: false });
     const received: string[] = [];
@@ -886,6 +919,10 @@ describeTargets('admin API on $name', (target) => {
     expect(m.text).toMatch(/rea_handler_duration_seconds_count\{handler="mailer",kind="handler"\} 1/);
     expect(m.text).toMatch(/rea_table_size_bytes\{table="events"\} \d+/);
     expect(m.text).not.toContain('process_cpu'); // a private registry: no default metrics of the host app
+    // Every alert has its series before it is ever raised, at 0.
+    for (const alert of ['events_backlog', 'events_poisoned', 'jobs_discarded', 'handler_unattended', 'endpoint_disabled']) {
+      expect(m.text).toContain(`rea_alert_active{alert="${alert}"} 0`);
+    }
   });
 
   test('stored XSS in payload, subject and type-like fields renders as text', async () => {

@@ -2,6 +2,7 @@
 // with its inline (nonce'd) CSS and script, and small builders for tables, badges and forms.
 // Values from events (payloads, subjects, types, errors, response excerpts) only ever enter the
 // page through `esc`/`html`, so a stored `<script>` renders as text.
+import { redactUrl } from '../core/redact-url.js';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;', '`': '&#96;' };
 
@@ -232,7 +233,7 @@ form.inline { display:inline; margin:0 .25rem .25rem 0; }
  */
 export function secretPage(ctx: PageContext, what: string, endpoint: { id: string; url: string }, secret: string, returnTo: string): string {
   return layout(ctx, 'Signing secret', html`<h1>${what}</h1>
-<p>Endpoint <a href="${ctx.base}/endpoints/${endpoint.id}"><code>${endpoint.url}</code></a></p>
+<p>Endpoint <a href="${ctx.base}/endpoints/${endpoint.id}"><code>${redactUrl(endpoint.url)}</code></a></p>
 <p>Its signing secret, shown <strong>this once</strong>: give it to the receiver now (it verifies the
 <code>webhook-signature</code> header with it). rea keeps it, but no page, API read or CLI listing shows it again.</p>
 <pre class="secret"><code>${secret}</code></pre>

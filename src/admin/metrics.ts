@@ -4,6 +4,7 @@
 // lifecycle signals.
 import { createRequire } from 'node:module';
 import type * as PromClient from 'prom-client';
+import { alertEvaluators } from './alerts.js';
 import type { AdminBus } from './route.js';
 
 // Loaded when an admin handler is created, not when rea is imported: a worker that never serves
@@ -30,7 +31,11 @@ export class AdminMetrics {
     labelNames: ['outcome'], registers: [this.registry],
   });
   private readonly offs: (() => void)[] = [];
-  private readonly knownAlerts = new Set<string>();
+  // Every alert rea can raise has its series from the first scrape, at 0 until it is raised:
+  // before, a series appeared only once its alert had fired, so a rule such as
+  // `rea_alert_active{alert="events_poisoned"} == 0` or absent() could not tell "fine" from
+  // "not scraped", and a dashboard had nothing to show until the first incident.
+  private readonly knownAlerts = new Set<string>(alertEvaluators.map((e) => e.name));
 
   constructor(private readonly bus: AdminBus) {
     this.offs.push(bus.lifecycle.on('job:completed', (e) => {

@@ -1,5 +1,6 @@
 // rea endpoints add|list|update|enable|disable|rotate|delete|test|attempts: manage webhook endpoints. Output for
 // people by default, --json for scripts. A secret is printed only by add and rotate, once.
+import { redactUrl } from '../core/redact-url.js';
 import { Command } from 'commander';
 import { createBus, type Bus } from '../bus.js';
 import { defineEvents, type EventSchemas } from '../core/events.js';
@@ -62,7 +63,7 @@ const iso = (d: Date | null) => (d ? d.toISOString() : '-');
 // characters in them), so they reach the terminal through printable(), like a receiver's answer.
 export function formatEndpoint(e: Endpoint): string {
   const lines = [
-    `${e.id}  ${e.state}  ${printable(e.url)}`,
+    `${e.id}  ${e.state}  ${printable(redactUrl(e.url))}`,
     `  events ${e.eventTypes.join(', ')} · secret …${e.secretHint}${e.description ? ` · ${printable(e.description)}` : ''}`,
   ];
   if (e.state === 'failing') lines.push(`  failing since ${iso(e.failingSince)}`);

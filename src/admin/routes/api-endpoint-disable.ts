@@ -1,4 +1,5 @@
 // POST /api/endpoints/:id/disable { reason? }: stop deliveries to an endpoint; fan-out skips it.
+import { redactUrl } from '../../core/redact-url.js';
 import { z } from 'zod';
 import { endpointView } from '../data.js';
 import { bodyFields, defineRoute, parse } from '../route.js';
@@ -12,6 +13,6 @@ export default defineRoute({
     const id = uuidParam(params.id);
     const { reason } = parse(input, bodyFields(body));
     const endpoint = await bus.endpoints.disable(id, { reason: reason || 'disabled by an operator from the admin' });
-    return { json: { endpoint: endpointView(endpoint) }, notice: `Disabled ${endpoint.url}` };
+    return { json: { endpoint: endpointView(endpoint) }, notice: `Disabled ${redactUrl(endpoint.url)}` };
   },
 });

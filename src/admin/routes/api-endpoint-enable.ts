@@ -1,4 +1,5 @@
 // POST /api/endpoints/:id/enable: the owner re-enables an endpoint (clears failing and disabled).
+import { redactUrl } from '../../core/redact-url.js';
 import { endpointView } from '../data.js';
 import { defineRoute } from '../route.js';
 import { uuidParam } from '../schemas.js';
@@ -8,6 +9,6 @@ export default defineRoute({
   async handle({ bus, params }) {
     const id = uuidParam(params.id);
     const endpoint = await bus.endpoints.enable(id); // NotFoundError (404) when missing
-    return { json: { endpoint: endpointView(endpoint) }, notice: `Enabled ${endpoint.url}` };
+    return { json: { endpoint: endpointView(endpoint) }, notice: `Enabled ${redactUrl(endpoint.url)}` };
   },
 });

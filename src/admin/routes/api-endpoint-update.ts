@@ -1,5 +1,6 @@
 // POST /api/endpoints/:id/update { url?, eventTypes?, description? }: change where an endpoint
 // receives and what; its state, attempt log and secret stay.
+import { redactUrl } from '../../core/redact-url.js';
 import { z } from 'zod';
 import { endpointView } from '../data.js';
 import { bodyFields, defineRoute, parse } from '../route.js';
@@ -16,8 +17,12 @@ export default defineRoute({
   method: 'POST', path: '/api/endpoints/:id/update', access: 'user', kind: 'api',
   async handle({ bus, params, body }) {
     const id = uuidParam(params.id);
-    const changes = parse(input, bodyFields(body));
+    const fields = bodyFields(body);
+    // The panel's edit form leaves the URL blank when the URL has secret parts it will not show:
+    // a blank URL from a form keeps the current one (a JSON body must still give a real one).
+    if (body.kind === 'form' && fields.url === '') delete fields.url;
+    const changes = parse(input, fields);
     const endpoint = await bus.endpoints.update(id, changes); // NotFoundError (404) when missing
-    return { json: { endpoint: endpointView(endpoint) }, notice: `Updated ${endpoint.url}` };
+    return { json: { endpoint: endpointView(endpoint) }, notice: `Updated ${redactUrl(endpoint.url)}` };
   },
 });

@@ -1,5 +1,6 @@
 // GET /endpoints/:id: one endpoint, its actions, a form to edit it and its attempt log (status,
 // duration, excerpt).
+import { redactUrl } from '../../core/redact-url.js';
 import { endpointView } from '../data.js';
 import { actionButton, badge, duration, html, layout, table, time } from '../html.js';
 import { notFound } from '../http.js';
@@ -15,6 +16,9 @@ export default defineRoute({
     const found = await ctx.bus.endpoints.get(id);
     if (!found) throw notFound(`endpoint ${id}`);
     const e = endpointView(found);
+    // The URL may carry the receiver's credentials (?token=…): shown redacted, and the edit form
+    // does not echo it back into the page.
+    const shown = redactUrl(e.url);
     const attempts = await ctx.bus.endpoints.attempts(id, { limit: 100 });
     const here = `/endpoints/${id}`;
     const rows = attempts.map((a) => [
@@ -24,7 +28,7 @@ export default defineRoute({
     ]);
     const body = html`<h1>Endpoint</h1>
 <dl>
-<dt>URL</dt><dd><code>${e.url}</code></dd>
+<dt>URL</dt><dd><code>${shown}</code></dd>
 <dt>Description</dt><dd>${e.description || '-'}</dd>
 <dt>Event types</dt><dd><code>${e.eventTypes.join(', ')}</code></dd>
 <dt>State</dt><dd>${badge(e.state)}</dd>
@@ -37,7 +41,9 @@ export default defineRoute({
 <h2>Edit</h2>
 <form class="stack" method="post" action="${p.base}/api/endpoints/${e.id}/update">
 <input type="hidden" name="_csrf" value="${p.csrf ?? ''}"><input type="hidden" name="_return" value="${here}">
-<label>URL <input type="url" name="url" required value="${e.url}"></label>
+${shown === e.url
+  ? html`<label>URL <input type="url" name="url" required value="${e.url}"></label>`
+  : html`<label>URL <input type="url" name="url" placeholder="${shown}"> <span class="muted">blank keeps the current URL, whose secret parts the panel does not show</span></label>`}
 <label>Event types (comma-separated; order.* patterns) <input name="eventTypes" required value="${e.eventTypes.join(', ')}"></label>
 <label>Description <input name="description" value="${e.description ?? ''}"></label>
 <div><button type="submit">Save</button> <span class="muted">State, secret and attempt log stay.</span></div>

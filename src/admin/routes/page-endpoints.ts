@@ -1,5 +1,6 @@
 // GET /endpoints: webhook endpoints with state, failing since and disabled reason; re-enable,
 // disable, rotate and test buttons; a form to add one.
+import { redactUrl } from '../../core/redact-url.js';
 import { z } from 'zod';
 import { endpointView, type EndpointView } from '../data.js';
 import { actionButton, badge, html, layout, table, time } from '../html.js';
@@ -27,7 +28,7 @@ export default defineRoute({
       return `${p.base}/endpoints${q ? `?${q}` : ''}`;
     };
     const rows = endpoints.map((e) => [
-      html`<a href="${p.base}/endpoints/${e.id}"><code>${e.url}</code></a>${e.description ? html`<div class="muted">${e.description}</div>` : ''}`,
+      html`<a href="${p.base}/endpoints/${e.id}"><code>${redactUrl(e.url)}</code></a>${e.description ? html`<div class="muted">${e.description}</div>` : ''}`,
       html`<code>${e.eventTypes.join(', ')}</code>`,
       badge(e.state), time(e.failingSince), e.disabledReason ?? '', html`<code>…${e.secretHint}</code>`,
       endpointActions(p, e, '/endpoints'),
@@ -54,6 +55,6 @@ export function endpointActions(p: Parameters<typeof actionButton>[0], e: Endpoi
   return html`${e.state !== 'enabled'
     ? actionButton(p, `/api/endpoints/${e.id}/enable`, e.state === 'disabled' ? 'Re-enable' : 'Mark healthy', { returnTo, kind: 'primary' })
     : ''}${e.state !== 'disabled'
-    ? actionButton(p, `/api/endpoints/${e.id}/disable`, 'Disable', { returnTo, confirm: `Disable ${e.url}? Fan-out will skip it.`, kind: 'danger' })
-    : ''}${actionButton(p, `/api/endpoints/${e.id}/rotate`, 'Rotate secret', { returnTo, confirm: 'Rotate the signing secret? The old one keeps working for the grace period.' })}${actionButton(p, `/api/endpoints/${e.id}/test`, 'Send test', { returnTo })}${actionButton(p, `/api/endpoints/${e.id}/delete`, 'Delete', { returnTo: '/endpoints', confirm: `Delete ${e.url}, its secrets and its waiting deliveries? There is no undo (Disable keeps it).`, kind: 'danger' })}`;
+    ? actionButton(p, `/api/endpoints/${e.id}/disable`, 'Disable', { returnTo, confirm: `Disable ${redactUrl(e.url)}? Fan-out will skip it.`, kind: 'danger' })
+    : ''}${actionButton(p, `/api/endpoints/${e.id}/rotate`, 'Rotate secret', { returnTo, confirm: 'Rotate the signing secret? The old one keeps working for the grace period.' })}${actionButton(p, `/api/endpoints/${e.id}/test`, 'Send test', { returnTo })}${actionButton(p, `/api/endpoints/${e.id}/delete`, 'Delete', { returnTo: '/endpoints', confirm: `Delete ${redactUrl(e.url)}, its secrets and its waiting deliveries? There is no undo (Disable keeps it).`, kind: 'danger' })}`;
 }
