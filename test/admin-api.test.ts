@@ -9,6 +9,7 @@ import type { AdminBus } from '../src/admin/route.js';
 import { bearer, call, csrfFrom, login, serve, TOKEN } from './helpers/admin.js';
 import { describeTargets, freshSchema, testBus, type Target } from './helpers/db.js';
 import { rejectJobsFor } from './helpers/faults.js';
+import { receiver } from './helpers/http.js';
 
 const events = defineEvents({
   'order.created': z.object({ orderNo: z.string() }),
@@ -923,6 +924,21 @@ describeTargets('admin API on $name', (target) => {
     for (const alert of ['events_backlog', 'events_poisoned', 'jobs_discarded', 'handler_unattended', 'endpoint_disabled']) {
       expect(m.text).toContain(`rea_alert_active{alert="${alert}"} 0`);
     }
+  });
+
+  test('rea_webhook_deliveries_total counts deliveries of events, not test deliveries', async () => {
+    const { bus, s } = await setup(target, { handlers: false, start: true });
+    const r = await receiver((_q, res) => { res.statusCode = 500; res.end('down'); });
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
+    const failures = async () => Number(/rea_webhook_deliveries_total\{outcome="failure"\} (\d+)/.exec((await call(s.url, 'GET', '/metrics', { headers: bearer() })).text)![1]);
+    const probed = bus.lifecycle.waitFor('webhook:attempt', (e) => e.jobId === null);
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('failure');
+    await probed;
+    expect(await failures()).toBe(0);
+    const delivered = bus.lifecycle.waitFor('webhook:attempt', (e) => e.jobId !== null);
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'W1' }));
+    await delivered;
+    expect(await failures()).toBe(1);
   });
 
   test('stored XSS in payload, subject and type-like fields renders as text', async () => {

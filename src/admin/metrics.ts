@@ -27,7 +27,7 @@ export class AdminMetrics {
     registers: [this.registry],
   });
   private readonly deliveries = new this.p.Counter({
-    name: 'rea_webhook_deliveries_total', help: 'Webhook delivery attempts made by this process, by outcome',
+    name: 'rea_webhook_deliveries_total', help: 'Webhook delivery attempts of events made by this process, by outcome (test deliveries not counted)',
     labelNames: ['outcome'], registers: [this.registry],
   });
   private readonly offs: (() => void)[] = [];
@@ -41,7 +41,11 @@ export class AdminMetrics {
     this.offs.push(bus.lifecycle.on('job:completed', (e) => {
       this.durations.observe({ handler: e.handler, kind: e.kind ?? 'handler' }, e.durationMs / 1000);
     }));
-    this.offs.push(bus.lifecycle.on('webhook:attempt', (e) => this.deliveries.inc({ outcome: e.outcome })));
+    // A test delivery (rea endpoints test, the panel's Test button; jobId null) is an operator's
+    // probe, not a delivery of an event: counted, it would move failure-rate alerts.
+    this.offs.push(bus.lifecycle.on('webhook:attempt', (e) => {
+      if (e.jobId !== null) this.deliveries.inc({ outcome: e.outcome });
+    }));
     for (const outcome of ['success', 'failure', 'gone', 'throttled', 'refused']) this.deliveries.inc({ outcome }, 0);
   }
 
