@@ -1,6 +1,5 @@
 // rea endpoints add|list|update|enable|disable|rotate|delete|test|attempts: manage webhook endpoints. Output for
 // people by default, --json for scripts. A secret is printed only by add and rotate, once.
-import { redactUrl } from '../core/redact-url.js';
 import { Command } from 'commander';
 import { createBus, type Bus } from '../bus.js';
 import { defineEvents, type EventSchemas } from '../core/events.js';
@@ -12,6 +11,7 @@ import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type Co
 import { EXIT_FAILED } from './exit-codes.js';
 import { printable } from './printable.js';
 import { isJobId } from '../core/job-id.js';
+import { redactUrl } from '../core/redact-url.js';
 
 interface Flags extends ConnectionFlags {
   json?: boolean;
@@ -200,20 +200,13 @@ export function endpointsCommand(): Command {
       .option('--cursor <attempt>', 'the next page, as printed after the last one: attempts older than this one')
       .action(async (id: string, flags: Flags & { limit: number; cursor?: string }) => {
         if (flags.cursor !== undefined && !isJobId(flags.cursor)) throw new UsageError('--cursor', `${flags.cursor} is not an attempt id (a whole number, as printed after "(more: --cursor")`);
-        // The log outlives a deleted endpoint, so it is listed while attempts remain; an id with
-        // neither is not found (as in the HTTP API), not an empty list that hides a typo. One more
-        // than the page tells whether another page follows.
-        const rows = await withEndpointsBus(flags, async (bus) => {
-          const attempts = await bus.endpoints.attempts(id, { limit: flags.limit + 1, ...(flags.cursor ? { before: flags.cursor } : {}) });
-          if (attempts.length === 0 && !(await bus.endpoints.get(id)) && (!flags.cursor || (await bus.endpoints.attempts(id, { limit: 1 })).length === 0)) {
-            throw new NotFoundError(`endpoint ${id}`);
-          }
-          return attempts;
-        });
-        const list = rows.slice(0, flags.limit);
+        // A deleted endpoint's log is listed while attempts remain; an id with neither is not found.
+        const { items: list, nextCursor } = await withEndpointsBus(flags, (bus) => bus.endpoints.attemptPage(id, {
+          limit: flags.limit, ...(flags.cursor ? { before: flags.cursor } : {}),
+        }));
         if (flags.json) return console.log(JSON.stringify(list));
         console.log(list.length ? list.map(formatAttempt).join('\n') : 'no attempts');
-        if (rows.length > flags.limit) console.log(`(more: --cursor ${list.at(-1)!.id})`);
+        if (nextCursor) console.log(`(more: --cursor ${nextCursor})`);
       }),
   );
 

@@ -2,7 +2,6 @@
 // outlives a deleted endpoint, so it is listed while attempts remain; an id with neither an
 // endpoint nor an attempt is a 404, not an empty list that hides a typo.
 import { z } from 'zod';
-import { notFound } from '../http.js';
 import { defineRoute, parse, queryFields } from '../route.js';
 import { idCursor, uuidParam } from '../schemas.js';
 
@@ -16,12 +15,7 @@ export default defineRoute({
   async handle({ bus, params, query: q }) {
     const id = uuidParam(params.id);
     const { cursor, limit = 50 } = parse(query, queryFields(q));
-    const rows = await bus.endpoints.attempts(id, { limit: limit + 1, ...(cursor ? { before: cursor } : {}) });
-    // An empty page past the last attempt (a cursor) is a page all the same when the log exists.
-    if (rows.length === 0 && !(await bus.endpoints.get(id)) && (!cursor || (await bus.endpoints.attempts(id, { limit: 1 })).length === 0)) {
-      throw notFound(`endpoint ${id}`);
-    }
-    const attempts = rows.slice(0, limit);
-    return { json: { attempts, nextCursor: rows.length > limit ? attempts.at(-1)!.id : null } };
+    const page = await bus.endpoints.attemptPage(id, { limit, ...(cursor ? { before: cursor } : {}) }); // NotFoundError: 404
+    return { json: { attempts: page.items, nextCursor: page.nextCursor } };
   },
 });

@@ -1,6 +1,6 @@
 // POST /api/endpoints/:id/disable { reason? }: stop deliveries to an endpoint; fan-out skips it.
-import { redactUrl } from '../../core/redact-url.js';
 import { z } from 'zod';
+import { redactUrl } from '../../core/redact-url.js';
 import { endpointView } from '../data.js';
 import { bodyFields, defineRoute, parse } from '../route.js';
 import { uuidParam } from '../schemas.js';

@@ -1,7 +1,7 @@
 // POST /api/endpoints/:id/update { url?, eventTypes?, description? }: change where an endpoint
 // receives and what; its state, attempt log and secret stay.
-import { redactUrl } from '../../core/redact-url.js';
 import { z } from 'zod';
+import { redactUrl } from '../../core/redact-url.js';
 import { endpointView } from '../data.js';
 import { bodyFields, defineRoute, parse } from '../route.js';
 import { uuidParam } from '../schemas.js';

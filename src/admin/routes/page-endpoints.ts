@@ -1,7 +1,7 @@
 // GET /endpoints: webhook endpoints with state, failing since and disabled reason; re-enable,
 // disable, rotate and test buttons; a form to add one.
-import { redactUrl } from '../../core/redact-url.js';
 import { z } from 'zod';
+import { redactUrl } from '../../core/redact-url.js';
 import { endpointView, type EndpointView } from '../data.js';
 import { actionButton, badge, html, layout, table, time } from '../html.js';
 import { defineRoute, parse, queryFields } from '../route.js';

@@ -72,6 +72,12 @@ export interface EndpointsApi {
   delete(id: string): Promise<{ cancelled: number } | null>;
   /** The endpoint's attempt log, newest first. */
   attempts(id: string, options?: { limit?: number; before?: string }): Promise<WebhookAttempt[]>;
+  /**
+   * As attempts(), with `nextCursor` (the `before` of the next page, null when no older attempt
+   * remains). The log outlives a deleted endpoint; an id that names neither an endpoint nor any
+   * attempt is a NotFoundError, not an empty page that hides a typo.
+   */
+  attemptPage(id: string, options?: { limit?: number; before?: string }): Promise<Page<WebhookAttempt>>;
   /** One signed test delivery now, outside the queue; logged as an attempt, never changes the endpoint's state. */
   test(id: string): Promise<AttemptSummary>;
 }
@@ -257,6 +263,20 @@ export function createWebhookApi(
     async attempts(id, options = {}) {
       checkId(id);
       return w.attemptList({ endpointId: id, eventId: null, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
+    },
+
+    async attemptPage(id, options = {}) {
+      checkId(id);
+      const beforeId = checkBefore(options.before);
+      const limit = checkLimit(options.limit);
+      // One row more than asked: its presence says an older page exists.
+      const page = pageOf(await w.attemptList({ endpointId: id, eventId: null, beforeId, limit: limit + 1 }), limit);
+      // An empty page past the last attempt (a cursor) is a page all the same when the log exists.
+      if (page.items.length === 0 && !(await endpoints.get(id))
+        && (beforeId === null || (await w.attemptList({ endpointId: id, eventId: null, beforeId: null, limit: 1 })).length === 0)) {
+        throw new NotFoundError(`endpoint ${id}`);
+      }
+      return page;
     },
 
     async test(id) {
