@@ -4,7 +4,8 @@
 import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
-import { CLAIM_LOOKAHEAD, postgresStatements } from '../src/drivers/postgres/sql.js';
+import { CLAIM_LOOKAHEAD, CLAIM_WALK, postgresStatements } from '../src/drivers/postgres/sql.js';
+import { PostgresExecutor } from '../src/drivers/postgres/executor.js';
 import { postgresAdminStatements } from '../src/drivers/postgres/sql-admin.js';
 import { postgresOperationsStatements } from '../src/drivers/postgres/sql-operations.js';
 import { describeTargets, testBus, type Target } from './helpers/db.js';
@@ -95,7 +96,7 @@ describeTargets('plans on $name', (target) => {
     await jobs(6, `'other' || (g % 2)`, '1 minute');
     await target.query(`analyze ${s}.jobs`);
     // As the executor sends them: 'full' is at its cap (4), other1 holds 3 of 4.
-    const claimParams = (full: string[]) => [['webhook'], ['*'], [4], 4, null, 'w1', [60000], [4], full, ['other1'], [3]];
+    const claimParams = (full: string[]) => [['webhook'], ['*'], [4], 4, null, 'w1', [60000], [4], full, ['other1'], [3], ...(full.length ? [[''], [-32768]] : [])];
 
     const [row] = await target.query<{ 'QUERY PLAN': any }>(`explain (analyze, buffers, format json) ${sql.jobClaimCapped}`, claimParams(['full']));
     const plan = (typeof row!['QUERY PLAN'] === 'string' ? JSON.parse(row!['QUERY PLAN']) : row!['QUERY PLAN'])[0].Plan;
@@ -104,20 +105,72 @@ describeTargets('plans on $name', (target) => {
     expect(buffers).toBeLessThan(400);
     // Same plan shape whichever way round: the rows it claims are the others', other1 only to its room.
     await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running'`);
-    const claimed = await target.query<{ target: string }>(sql.jobClaimCapped, claimParams(['full']));
-    expect(claimed.map((r) => r.target).sort()).toEqual(['other0', 'other0', 'other0', 'other1']);
+    // (The row with no job reports where its walk of the targets ended.)
+    const claimed = await target.query<{ id: string | null; target: string }>(sql.jobClaimCapped, claimParams(['full']));
+    expect(claimed.filter((r) => r.id !== null).map((r) => r.target).sort()).toEqual(['other0', 'other0', 'other0', 'other1']);
 
     // A short backlog of the full endpoint (fewer than CLAIM_LOOKAHEAD due) is read around too.
     await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running'`);
     await target.query(`delete from ${s}.jobs where target = 'full' and id > 10`);
     expect(CLAIM_LOOKAHEAD).toBeGreaterThan(10);
-    const short = await target.query<{ target: string }>(sql.jobClaimCapped, claimParams(['full']));
-    expect(short.map((r) => r.target).sort()).toEqual(['other0', 'other0', 'other0', 'other1']);
+    const short = await target.query<{ id: string | null; target: string }>(sql.jobClaimCapped, claimParams(['full']));
+    expect(short.filter((r) => r.id !== null).map((r) => r.target).sort()).toEqual(['other0', 'other0', 'other0', 'other1']);
 
     // With no endpoint at its cap the claim stays on jobs_claim_any_idx, in due order.
     const common = await planOf(target, sql.jobClaim, claimParams([]));
     expect(common.includes('"jobs_claim_any_idx"')).toBe(true);
     await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running'`);
     expect((await target.query<{ target: string }>(sql.jobClaim, claimParams([]))).map((r) => r.target)).toEqual(['full', 'full', 'full', 'full']);
+  });
+  test('a capped webhook claim walks a bounded number of endpoints a claim, going on from where the last walk ended', async () => {
+    // Before, the walk read the first waiting delivery of every endpoint with one: 22 ms a claim
+    // with 2,000 such endpoints, 130 ms with 20,000, at every claim while an endpoint was at its cap.
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const s = `"${bus.schema}"`;
+    const jobs = (n: number, targetOf: string, at: string) => target.query(`insert into ${s}.jobs (event_id, kind, target, state, max_attempts, lease_ms, scheduled_at)
+      select gen_random_uuid(), 'webhook', ${targetOf}, 'available', 18, 60000, ${at} from generate_series(1, ${n}) g`);
+    // The full endpoint's due backlog fills the lookahead; then 3 walks' worth of endpoints whose
+    // deliveries are not due (failing ones, retrying later), sorted first; then 6 with one due delivery.
+    await jobs(CLAIM_LOOKAHEAD + 50, `'full'`, `now() - interval '1 day' + g * interval '1 ms'`);
+    const failing = CLAIM_WALK * 3;
+    await jobs(failing, `'a' || lpad(g::text, 5, '0')`, `now() + interval '5 minutes'`);
+    await jobs(6, `'z' || g`, `now() - interval '1 minute'`);
+    await target.query(`analyze ${s}.jobs`);
+
+    const executor = new PostgresExecutor({ query: async (text, params) => ({ rows: await target.query(text, params) }) }, postgresStatements(s));
+    const claim = () => executor.jobClaim({
+      workerId: 'w1', limit: 4, now: null,
+      targets: [{ kind: 'webhook', target: '*', limit: 4, leaseMs: 60_000, perTarget: { limit: 4, held: [{ target: 'full', count: 4 }] } }],
+    });
+    const heads = async () => {
+      const [row] = await target.query<{ n: number }>(`select count(*)::int as n from ${s}.jobs where state = 'running'`);
+      return row!.n;
+    };
+    // The first three walks read only failing endpoints: nothing due, nothing claimed, and each
+    // goes on where the last stopped instead of reading the same ones again.
+    for (let k = 0; k < 3; k++) expect(await claim()).toEqual([]);
+    expect(await heads()).toBe(0);
+    // The fourth reaches the endpoints with due deliveries: one each (their heads), the first 4.
+    const fourth = await claim();
+    expect(fourth.map((j) => j.target)).toEqual(['z1', 'z2', 'z3', 'z4']);
+    // Then it wraps round, through the failing ones again, and comes back to z5 and z6.
+    const later: string[] = [];
+    for (let k = 0; k < 4 && later.length < 2; k++) later.push(...(await claim()).map((j) => j.target));
+    expect(later).toEqual(['z5', 'z6']);
+    expect(await heads()).toBe(6);
+
+    // However many endpoints wait, a claim reads about the same: at most CLAIM_WALK heads.
+    const buffersOfOneClaim = async () => {
+      const params = [['webhook'], ['*'], [4], 4, null, 'w1', [60000], [4], ['full'], [], [], [''], [-32768]];
+      const [row] = await target.query<{ 'QUERY PLAN': any }>(`explain (analyze, buffers, format json) ${postgresStatements(s).jobClaimCapped}`, params);
+      const plan = (typeof row!['QUERY PLAN'] === 'string' ? JSON.parse(row!['QUERY PLAN']) : row!['QUERY PLAN'])[0].Plan;
+      await target.query(`update ${s}.jobs set state = 'available', attempt = 0, attempted_by = null, lease_expires_at = null where state = 'running' and target <> 'full'`);
+      return plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
+    };
+    const few = await buffersOfOneClaim();
+    await jobs(CLAIM_WALK * 20, `'b' || lpad(g::text, 6, '0')`, `now() + interval '5 minutes'`);
+    await target.query(`analyze ${s}.jobs`);
+    const many = await buffersOfOneClaim();
+    expect(many).toBeLessThan(few * 1.5);
   });
 });

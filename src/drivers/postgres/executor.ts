@@ -45,6 +45,9 @@ export function eventChunks(events: EventInsert[], maxChars = EVENT_INSERT_CHUNK
 }
 
 export class PostgresExecutor implements Executor {
+  /** Per job kind, where this process's last capped claim walked its targets to (see CLAIM_WALK). */
+  private readonly walkedTo = new Map<string, WalkPosition>();
+
   constructor(private readonly pool: Queryable, private readonly sql: PostgresStatements) {}
 
   async eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void> {
@@ -161,20 +164,29 @@ export class PostgresExecutor implements Executor {
 
   async jobClaim(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]> {
     if (p.targets.length === 0 || p.limit <= 0) return [];
-    const { capped, values } = jobClaimParams(p);
+    const { capped, values } = jobClaimParams({ ...p, walkedTo: this.walkedTo });
     // With a target at its cap, the statement that reads around it rather than through its backlog.
     const { rows } = await this.pool.query<Row>(capped ? this.sql.jobClaimCapped : this.sql.jobClaim, values);
-    return rows.map((r) => ({
-      id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
-      coalesced: r.coalesced,
-      event: {
-        id: r.event_id, type: r.event_found ? r.type : '', subject: r.subject ?? null, payload: r.payload ?? null,
-        traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
-        createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
-      },
-      eventFound: r.event_found === true,
-      leaseAgeMs: r.lease_age_ms,
-    }));
+    const jobs: ClaimedJob[] = [];
+    for (const r of rows) {
+      if (r.id === null) {
+        // Not a job: where this claim's walk of a kind's targets ended; the next one goes on from there.
+        this.walkedTo.set(r.walked_kind, { target: r.walked_target, priority: r.walked_priority });
+        continue;
+      }
+      jobs.push({
+        id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
+        coalesced: r.coalesced,
+        event: {
+          id: r.event_id, type: r.event_found ? r.type : '', subject: r.subject ?? null, payload: r.payload ?? null,
+          traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
+          createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
+        },
+        eventFound: r.event_found === true,
+        leaseAgeMs: r.lease_age_ms,
+      });
+    }
+    return jobs;
   }
 
   async jobCompleteMany(q: Queryable | null, p: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number> {
@@ -284,7 +296,9 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
  * jobClaim's parameters ($1-$11), and whether a target is at its cap (then the statement is
  * jobClaimCapped). Exported for the benchmark's profile, which runs the statement itself.
  */
-export function jobClaimParams(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): { capped: boolean; values: unknown[] } {
+export function jobClaimParams(p: {
+  workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null; walkedTo?: ReadonlyMap<string, WalkPosition>;
+}): { capped: boolean; values: unknown[] } {
   // Targets held per capped '*' target, flattened: only webhooks have one (keyed by endpoint id).
   const full: string[] = [];
   const heldTargets: string[] = [];
@@ -299,12 +313,24 @@ export function jobClaimParams(p: { workerId: string; targets: ClaimTarget[]; li
       }
     }
   }
-  return {
-    capped: full.length > 0,
-    values: [
-      p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
-      p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
-      p.targets.map((t) => (t.target === '*' && t.perTarget ? t.perTarget.limit : null)), full, heldTargets, heldCounts,
-    ],
-  };
+  const capped = full.length > 0;
+  const values: unknown[] = [
+    p.targets.map((t) => t.kind), p.targets.map((t) => t.target), p.targets.map((t) => t.limit),
+    p.limit, p.now, p.workerId, p.targets.map((t) => t.leaseMs),
+    p.targets.map((t) => (t.target === '*' && t.perTarget ? t.perTarget.limit : null)), full, heldTargets, heldCounts,
+  ];
+  // Where each kind's previous walk ended (jobClaimCapped's $12, $13); from the first target at first.
+  if (capped) {
+    values.push(
+      p.targets.map((t) => p.walkedTo?.get(t.kind)?.target ?? ''),
+      p.targets.map((t) => p.walkedTo?.get(t.kind)?.priority ?? -32768),
+    );
+  }
+  return { capped, values };
+}
+
+/** Where a capped claim's walk of one kind's targets ended (see CLAIM_WALK). */
+export interface WalkPosition {
+  target: string;
+  priority: number;
 }
