@@ -172,5 +172,16 @@ describeTargets('plans on $name', (target) => {
     await target.query(`analyze ${s}.jobs`);
     const many = await buffersOfOneClaim();
     expect(many).toBeLessThan(few * 1.5);
+
+    // Deliveries the lookahead itself found, among the full endpoint's, are claimed whatever
+    // part of the endpoints the walk reads.
+    await target.query(`update ${s}.jobs set state = 'completed' where target like 'z%'`);
+    await jobs(2, `'y' || g`, `now() - interval '2 days'`);
+    const fresh = new PostgresExecutor({ query: async (text, params) => ({ rows: await target.query(text, params) }) }, postgresStatements(s));
+    const inHand = await fresh.jobClaim({
+      workerId: 'w2', limit: 4, now: null,
+      targets: [{ kind: 'webhook', target: '*', limit: 4, leaseMs: 60_000, perTarget: { limit: 4, held: [{ target: 'full', count: 4 }] } }],
+    });
+    expect(inHand.map((j) => j.target)).toEqual(['y1', 'y2']);
   });
 });

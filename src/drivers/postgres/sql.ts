@@ -55,7 +55,7 @@ function claim(s: string, capped: boolean): string {
     limit ${CLAIM_LOOKAHEAD}
   ) j
 ), near_open as (
-  select n.kind, n.id
+  select n.kind, n.id, n.target, n.priority, n.scheduled_at
   from (
     select n.*, row_number() over (partition by n.kind, n.target order by n.priority, n.scheduled_at, n.id) as nth
     from near n where n.target <> all($9::text[])
@@ -117,21 +117,26 @@ function claim(s: string, capped: boolean): string {
   join walk w on w.kind = h.kind
   where h.rank <= w.lim
 ), candidates as (
-  select kind, id from near_open where kind not in (select kind from walk)
-  union all
+  -- What the lookahead found open, and what the walk found: a walk reads only some of the
+  -- targets, so the jobs the lookahead already holds in hand are kept. Each target to its room.
   select c.kind, c.id
   from (
-    select h.kind, j.id, h.room,
-           row_number() over (partition by h.kind, h.target order by h.priority, j.scheduled_at, j.id) as nth
-    from first_heads h
-    cross join lateral (
-      select id, scheduled_at from ${s}.jobs
-      where ${waitingJob} and kind = h.kind and target = h.target and priority = h.priority and ${due}
-      order by scheduled_at, id
-      limit greatest(0, h.room)
-    ) j
+    select u.*, row_number() over (partition by u.kind, u.target order by u.priority, u.scheduled_at, u.id) as nth
+    from (
+      select kind, id, target, priority, scheduled_at from near_open
+      union
+      select h.kind, j.id, h.target, h.priority, j.scheduled_at
+      from first_heads h
+      cross join lateral (
+        select id, scheduled_at from ${s}.jobs
+        where ${waitingJob} and kind = h.kind and target = h.target and priority = h.priority and ${due}
+        order by scheduled_at, id
+        limit greatest(0, h.room)
+      ) j
+    ) u
   ) c
-  where c.nth <= c.room`;
+  join skipping t on t.kind = c.kind
+  where c.nth <= ${room('t', 'c.target')}`;
   const cappedArm = /* sql */ `
   union all
   -- Target '*' with some targets at their cap: the candidates, locked in due order.
