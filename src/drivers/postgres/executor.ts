@@ -7,7 +7,7 @@ import type {
 import { DEFAULTS } from '../../core/options.js';
 import { inBatches } from './batches.js';
 import { patternToLike } from './patterns.js';
-import type { PostgresStatements } from './sql.js';
+import { CLAIM_WALK, CLAIM_WALK_ROUNDS, type PostgresStatements } from './sql.js';
 
 type Row = Record<string, any>;
 
@@ -164,29 +164,35 @@ export class PostgresExecutor implements Executor {
 
   async jobClaim(p: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]> {
     if (p.targets.length === 0 || p.limit <= 0) return [];
-    const { capped, values } = jobClaimParams({ ...p, walkedTo: this.walkedTo });
-    // With a target at its cap, the statement that reads around it rather than through its backlog.
-    const { rows } = await this.pool.query<Row>(capped ? this.sql.jobClaimCapped : this.sql.jobClaim, values);
     const jobs: ClaimedJob[] = [];
-    for (const r of rows) {
-      if (r.id === null) {
-        // Not a job: where this claim's walk of a kind's targets ended; the next one goes on from there.
-        this.walkedTo.set(r.walked_kind, { target: r.walked_target, priority: r.walked_priority });
-        continue;
+    // A capped claim's walk reads CLAIM_WALK of the targets: one that found nothing, and did not
+    // come round to where it started, goes on at once, up to CLAIM_WALK_ROUNDS walks a claim.
+    for (let round = 1; ; round++) {
+      const { capped, values } = jobClaimParams({ ...p, walkedTo: this.walkedTo });
+      // With a target at its cap, the statement that reads around it rather than through its backlog.
+      const { rows } = await this.pool.query<Row>(capped ? this.sql.jobClaimCapped : this.sql.jobClaim, values);
+      let more = false;
+      for (const r of rows) {
+        if (r.id === null) {
+          // Not a job: where this claim's walk of a kind's targets ended; the next one goes on from there.
+          this.walkedTo.set(r.walked_kind, { target: r.walked_target, priority: r.walked_priority });
+          if (r.walked_steps >= CLAIM_WALK) more = true;
+          continue;
+        }
+        jobs.push({
+          id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
+          coalesced: r.coalesced,
+          event: {
+            id: r.event_id, type: r.event_found ? r.type : '', subject: r.subject ?? null, payload: r.payload ?? null,
+            traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
+            createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
+          },
+          eventFound: r.event_found === true,
+          leaseAgeMs: r.lease_age_ms,
+        });
       }
-      jobs.push({
-        id: r.id, kind: r.kind, target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
-        coalesced: r.coalesced,
-        event: {
-          id: r.event_id, type: r.event_found ? r.type : '', subject: r.subject ?? null, payload: r.payload ?? null,
-          traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
-          createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
-        },
-        eventFound: r.event_found === true,
-        leaseAgeMs: r.lease_age_ms,
-      });
+      if (jobs.length > 0 || !more || round >= CLAIM_WALK_ROUNDS) return jobs;
     }
-    return jobs;
   }
 
   async jobCompleteMany(q: Queryable | null, p: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number> {

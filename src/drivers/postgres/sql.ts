@@ -16,6 +16,13 @@ export const CLAIM_LOOKAHEAD = 256;
 export const CLAIM_WALK = 128;
 
 /**
+ * Walks one claim makes at most while they find nothing and have not come round (the executor's
+ * jobClaim): a due delivery behind many targets whose deliveries are not due is reached in this
+ * claim or a later one, at most CLAIM_WALK × CLAIM_WALK_ROUNDS heads read a claim.
+ */
+export const CLAIM_WALK_ROUNDS = 8;
+
+/**
  * jobClaim (capped false) and jobClaimCapped (capped true): one statement, one round trip.
  *
  * With no target at its cap, '*' reads jobs_claim_any_idx in due order, locking as it goes, and a
@@ -102,8 +109,9 @@ function claim(s: string, capped: boolean): string {
   ) f on true
   where w.target is not null and w.step < ${CLAIM_WALK}
 ), walked as (
-  -- Where this walk ended, for the next one to go on from (the executor keeps it).
-  select distinct on (kind) kind, target, priority from waiting
+  -- Where this walk ended, for the next one to go on from (the executor keeps it), and how many
+  -- heads it read: fewer than ${CLAIM_WALK}, it came round to where it started.
+  select distinct on (kind) kind, target, priority, step from waiting
   where target is not null
   order by kind, step desc
 ), first_heads as (
@@ -213,7 +221,7 @@ select c.id::text as id, c.kind, c.target, c.attempt, c.max_attempts, c.coalesce
        -- the worker dates the jobs from there, not from the reply nor from a wait for a connection.
        (extract(epoch from clock_timestamp() - now()) * 1000)::float8 as lease_age_ms${capped ? /* sql */ `,
        -- One more row per walk, with no job (id null): where it ended.
-       m.kind as walked_kind, m.target as walked_target, m.priority as walked_priority` : ''}
+       m.kind as walked_kind, m.target as walked_target, m.priority as walked_priority, m.step as walked_steps` : ''}
 from claimed c
 left join ${s}.events e on e.id = c.event_id${capped ? /* sql */ `
 full join walked m on false` : ''}
