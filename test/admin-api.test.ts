@@ -926,6 +926,21 @@ describeTargets('admin API on $name', (target) => {
     }
   });
 
+  test('rea_handler_duration_seconds keeps webhook deliveries in one series, not one per endpoint', async () => {
+    // An endpoint id as a label value made 15 series (buckets, sum, count) per endpoint in every
+    // process: 300,000 with 20,000 endpoints. Per-endpoint figures are the attempt log's.
+    const { bus, s } = await setup(target, { handlers: false, start: true });
+    const r = await receiver((_q, res) => { res.statusCode = 204; res.end(); });
+    const endpoints = [await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] }), await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] })];
+    let completed = 0;
+    const both = new Promise<void>((resolve) => bus.lifecycle.on('job:completed', (e) => { if (e.kind === 'webhook' && ++completed === 2) resolve(); }));
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'W2' }));
+    await both;
+    const text = (await call(s.url, 'GET', '/metrics', { headers: bearer() })).text;
+    expect(text).toMatch(/rea_handler_duration_seconds_count\{handler="",kind="webhook"\} 2/);
+    for (const ep of endpoints) expect(text).not.toContain(ep.id);
+  });
+
   test('rea_webhook_deliveries_total counts deliveries of events, not test deliveries', async () => {
     const { bus, s } = await setup(target, { handlers: false, start: true });
     const r = await receiver((_q, res) => { res.statusCode = 500; res.end('down'); });

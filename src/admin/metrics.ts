@@ -38,8 +38,12 @@ export class AdminMetrics {
   private readonly knownAlerts = new Set<string>(alertEvaluators.map((e) => e.name));
 
   constructor(private readonly bus: AdminBus) {
+    // A webhook job's target is its endpoint's id: as a label value, 15 series (buckets, sum,
+    // count) per endpoint in every process, however many thousands of endpoints there are. So
+    // deliveries are one series (handler ""); per-endpoint figures are the attempt log's.
     this.offs.push(bus.lifecycle.on('job:completed', (e) => {
-      this.durations.observe({ handler: e.handler, kind: e.kind ?? 'handler' }, e.durationMs / 1000);
+      const kind = e.kind ?? 'handler';
+      this.durations.observe({ handler: kind === 'handler' ? e.handler : '', kind }, e.durationMs / 1000);
     }));
     // A test delivery (rea endpoints test, the panel's Test button; jobId null) is an operator's
     // probe, not a delivery of an event: counted, it would move failure-rate alerts.
