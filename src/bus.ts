@@ -5,6 +5,7 @@ import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
+import type { SpanContext } from '@opentelemetry/api';
 import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
 import { BusStateError, DatabaseError, DuplicateHandlerError, HandlerInUseError, InvalidFilterError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
@@ -19,7 +20,7 @@ import { Lifecycle } from './core/lifecycle.js';
 import { defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
 import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
-import { currentTraceId, newTraceId, normalizeTraceId } from './core/trace.js';
+import { activeSpanContext, currentTraceId, newTraceId, normalizeTraceId, spanInTrace } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
@@ -378,8 +379,11 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   });
 
-  /** `at` names the call in errors: 'record', or 'recordMany(items)[3]'. */
-  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined, at = 'record'): Promise<EventInsert> {
+  /**
+   * `at` names the call in errors: 'record', or 'recordMany(items)[3]'. `active`: the OpenTelemetry
+   * span context where record() was called (activeSpanContext(), looked up once per call).
+   */
+  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined, active: SpanContext | null, at = 'record'): Promise<EventInsert> {
     if (!known.has(type)) throw new UnknownEventTypeError(type, catalog.types);
     const value = await validatePayload(catalog as unknown as EventCatalog, type, payload);
     const problem = findJsonProblem(value);
@@ -393,12 +397,18 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (typeof version !== 'number' || !Number.isInteger(version) || version < -2147483648 || version > 2147483647) {
       throw new OptionsError(`${at}.version`, `${describe(version)} is not a 32-bit integer`);
     }
+    const traceId = recordTraceId(opts?.traceId, `${at}.traceId`) ?? currentTraceId(active) ?? newTraceId();
+    // The span that records it, when it is in the event's trace (given, the handler's or the span's
+    // own): the parent of its handlers' spans, sampled or not as it is (see spanInTrace).
+    const span = spanInTrace(active, traceId);
     return {
       id: uuidv7(),
       type,
       subject: recordText(opts?.subject, `${at}.subject`),
       payloadJson,
-      traceId: recordTraceId(opts?.traceId, `${at}.traceId`) ?? currentTraceId() ?? newTraceId(),
+      traceId,
+      spanId: span === null ? null : span.spanId,
+      traceFlags: span === null ? null : span.traceFlags,
       createdBy: recordText(opts?.createdBy, `${at}.createdBy`),
       version,
     };
@@ -540,7 +550,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     async record(tx, type, payload, opts) {
-      const row = await prepare(type, payload, opts);
+      const row = await prepare(type, payload, opts, activeSpanContext());
       await recordInto(tx, [row]);
       return row.id;
     },
@@ -548,9 +558,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async recordMany(tx, items) {
       if (!Array.isArray(items)) throw new OptionsError('recordMany(items)', 'must be an array of { type, payload, subject? }');
       const rows: EventInsert[] = [];
+      const active = activeSpanContext();
       for (const [i, item] of items.entries()) {
         if (typeof item !== 'object' || item === null) throw new OptionsError(`recordMany(items)[${i}]`, 'must be an object { type, payload, subject? }');
-        rows.push(await prepare(item.type, item.payload, item, `recordMany(items)[${i}]`));
+        rows.push(await prepare(item.type, item.payload, item, active, `recordMany(items)[${i}]`));
       }
       if (rows.length > 0) await recordInto(tx, rows);
       return rows.map((r) => r.id);
@@ -749,7 +760,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     handler: (name) => handlers.get(name),
-    deliveredPayload: async (type, payload) => JSON.parse((await prepare(type, payload, undefined)).payloadJson),
+    deliveredPayload: async (type, payload) => JSON.parse((await prepare(type, payload, undefined, null)).payloadJson),
     logger: log,
 
     relayOnce: () => relay.round(),

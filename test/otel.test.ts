@@ -1,31 +1,11 @@
 // OpenTelemetry: a handler runs with its event's trace as the remote parent span context when an
 // OpenTelemetry context manager is registered (an SDK), including one registered after rea
 // started; without one rea makes no span context (it could go nowhere), and its own trace scope
-// still carries the trace id.
-import { AsyncLocalStorage } from 'node:async_hooks';
-import { context, ROOT_CONTEXT, trace, type Context, type ContextManager } from '@opentelemetry/api';
+// still carries the trace id. The parent is the span that recorded the event where it was stored.
+import { context, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
 import { afterEach, describe, expect, it } from 'vitest';
-import { currentTraceId, JobTraceScope, runInTrace, type TraceScope } from '../src/core/trace.js';
-
-/** The smallest context manager there is: AsyncLocalStorage, as the SDK's own. */
-class AlsContextManager implements ContextManager {
-  private readonly als = new AsyncLocalStorage<Context>();
-  active(): Context {
-    return this.als.getStore() ?? ROOT_CONTEXT;
-  }
-  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(ctx: Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
-    return this.als.run(ctx, () => fn.apply(thisArg, args));
-  }
-  bind<T>(_ctx: Context, target: T): T {
-    return target;
-  }
-  enable(): this {
-    return this;
-  }
-  disable(): this {
-    return this;
-  }
-}
+import { activeSpanContext, currentTraceId, JobTraceScope, runInTrace, spanInTrace, type TraceScope } from '../src/core/trace.js';
+import { AlsContextManager, TestTracer } from './helpers/otel.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const TRACE = 'ab'.repeat(16);
@@ -35,7 +15,7 @@ async function seen(scope: TraceScope = { traceId: TRACE, eventId: 'e1', handler
   return runInTrace(scope, async () => {
     await sleep(1); // across an await, as a handler's own instrumentation would be
     const span = trace.getSpanContext(context.active());
-    return { traceId: currentTraceId(), parent: span && { traceId: span.traceId, isRemote: span.isRemote, spanId: span.spanId } };
+    return { traceId: currentTraceId(), parent: span && { traceId: span.traceId, isRemote: span.isRemote, spanId: span.spanId, traceFlags: span.traceFlags } };
   });
 }
 
@@ -69,6 +49,71 @@ describe('trace context for OpenTelemetry', () => {
     for (const traceId of ['order-42', '0'.repeat(32), `${TRACE.slice(0, 30)}xy`]) {
       expect(await seen(new JobTraceScope(traceId, 'e1', 'h', 1)), traceId).toEqual({ traceId, parent: undefined });
     }
+  });
+});
+
+describe('the span that recorded the event as the parent', () => {
+  const RECORDED = '0123456789abcdef';
+  afterEach(() => {
+    context.disable();
+  });
+  const managed = async () => {
+    expect(context.setGlobalContextManager(new AlsContextManager())).toBe(true);
+    await sleep(150); // past the time rea keeps its answer (an earlier test may have asked)
+  };
+
+  it('is the remote parent as it was stored, its flags kept: an unsampled one stays unsampled', async () => {
+    await managed();
+    for (const traceFlags of [TraceFlags.SAMPLED, TraceFlags.NONE]) {
+      const inside = await seen(new JobTraceScope(TRACE, 'e1', 'h', 1, { spanId: RECORDED, traceFlags }));
+      expect(inside.parent).toEqual({ traceId: TRACE, spanId: RECORDED, traceFlags, isRemote: true });
+    }
+  });
+
+  it('without one stored (or one no span could have), a made-up span id, sampled; none for an event stored without a trace id', async () => {
+    await managed();
+    for (const span of [null, { spanId: 'xyz', traceFlags: 1 }, { spanId: '0'.repeat(16), traceFlags: 1 }, { spanId: RECORDED, traceFlags: 300 }]) {
+      const inside = await seen(new JobTraceScope(TRACE, 'e1', 'h', 1, span));
+      expect(inside.parent, JSON.stringify(span)).toMatchObject({ traceId: TRACE, traceFlags: TraceFlags.SAMPLED, isRemote: true });
+      expect(inside.parent!.spanId).toMatch(/^[0-9a-f]{16}$/);
+      expect(inside.parent!.spanId).not.toBe(RECORDED);
+    }
+    // Traced by its id: a span stored beside no trace id is of no trace rea knows.
+    const eventId = '0190a3c4-5b6d-7e8f-9a0b-1c2d3e4f5a6b';
+    const byId = await seen(new JobTraceScope(null, eventId, 'h', 1, { spanId: RECORDED, traceFlags: 0 }));
+    expect(byId.parent).toMatchObject({ traceId: eventId.replace(/-/g, ''), traceFlags: TraceFlags.SAMPLED });
+    expect(byId.parent!.spanId).not.toBe(RECORDED);
+  });
+
+  it('what record() stores: the active span in the event\'s trace; in a handler, its parent, unless rea made that up', async () => {
+    await managed();
+    const tracer = new TestTracer();
+    tracer.sampleRoots = false;
+    tracer.startActiveSpan('request', (span) => {
+      const active = activeSpanContext();
+      expect(active).toBe(span.spanContext());
+      const own = span.spanContext();
+      expect(spanInTrace(active, own.traceId)).toMatchObject({ spanId: own.spanId, traceFlags: TraceFlags.NONE });
+      expect(spanInTrace(active, TRACE)).toBeNull(); // a trace id of its own: the span is of another trace
+      expect(spanInTrace(null, TRACE)).toBeNull();
+      span.end();
+    });
+    // In a handler whose parent is the stored span, with no span of the user's: that span.
+    const stored = await runInTrace(new JobTraceScope(TRACE, 'e1', 'h', 1, { spanId: RECORDED, traceFlags: 0 }), async () => {
+      await sleep(1);
+      return spanInTrace(activeSpanContext(), currentTraceId()!);
+    });
+    expect(stored).toMatchObject({ spanId: RECORDED, traceFlags: 0 });
+    // Under a made-up parent: none; under the user's own span there, that span.
+    const [madeUp, own] = await runInTrace(new JobTraceScope(TRACE, 'e1', 'h', 1), async () => {
+      await sleep(1);
+      const first = spanInTrace(activeSpanContext(), currentTraceId()!);
+      return [first, tracer.startActiveSpan('work', (span) => [span.spanContext(), spanInTrace(activeSpanContext(), currentTraceId()!)] as const)] as const;
+    });
+    expect(madeUp).toBeNull();
+    const [work, stores] = own as readonly [SpanContext, unknown];
+    expect(work.traceId).toBe(TRACE);
+    expect(stores).toMatchObject({ spanId: work.spanId, traceFlags: TraceFlags.SAMPLED });
   });
 });
 

@@ -198,14 +198,16 @@ describeTargets('retention on $name', (target) => {
     const bus = await testBus(target, events, { clock, ...quiet, retention: { events: { archive: true, archiveOlderThanMs: 30 * DAY } } });
     const s = bus.schema;
     const moved = await record(bus, 4);
+    // As record() stores the OpenTelemetry span that recorded an event.
+    await target.query(`update "${s}".events set span_id = '0123456789abcdef', trace_flags = 1 where id = $1`, [moved[0]]);
     await bus.relayOnce();
     clock.advance(8 * DAY);
     const report = await bus.retention.run();
     expect(report.rules.find((r) => r.rule === 'events')).toMatchObject({ removed: 4, archived: true });
     expect(await ids(target, s)).toEqual([]);
     expect(await ids(target, s, 'events_archive')).toEqual(moved);
-    const [row] = await target.query(`select type, payload, fanned_out_at is not null as fanned, archived_at from "${s}".events_archive order by id limit 1`);
-    expect(row).toMatchObject({ type: 'note.saved', payload: { n: 0 }, fanned: true });
+    const [row] = await target.query(`select type, payload, fanned_out_at is not null as fanned, archived_at, span_id, trace_flags from "${s}".events_archive order by id limit 1`);
+    expect(row).toMatchObject({ type: 'note.saved', payload: { n: 0 }, fanned: true, span_id: '0123456789abcdef', trace_flags: 1 });
     expect(new Date(row.archived_at).getTime()).toBe(clock.now().getTime());
 
     clock.advance(29 * DAY);

@@ -2,13 +2,23 @@
 // that events they record, and their log lines, carry it on. OpenTelemetry is used when active.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomHex } from './random.js';
-import { context, createContextKey, ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api';
+import { context, createContextKey, ROOT_CONTEXT, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
+
+/** The OpenTelemetry span that recorded an event, in the event's trace: its handlers' parent. */
+export interface EventSpan {
+  /** 16 lower-case hex digits, not all zeros. */
+  spanId: string;
+  /** Its W3C trace flags (bit 0: sampled), 0-255. */
+  traceFlags: number;
+}
 
 export interface TraceScope {
   traceId: string;
   eventId?: string;
   handler?: string;
   attempt?: number;
+  /** The span that recorded the event, where it was stored: the OpenTelemetry parent in runInTrace. */
+  span?: EventSpan | null;
 }
 
 const storage = new AsyncLocalStorage<TraceScope>();
@@ -16,6 +26,16 @@ const storage = new AsyncLocalStorage<TraceScope>();
 const TRACE_ID = /^[0-9a-f]{32}$/;
 const HEX_32 = /^[0-9a-fA-F]{32}$/;
 const ZERO_TRACE_ID = '0'.repeat(32);
+const SPAN_ID = /^[0-9a-f]{16}$/;
+const ZERO_SPAN_ID = '0'.repeat(16);
+/** Parents runInTrace made up: an event recorded under one stores no span (see spanInTrace). */
+const madeUp = new WeakSet<SpanContext>();
+
+/** A span id and trace flags as OpenTelemetry and W3C take them (a row written by hand may hold anything). */
+function validSpan(spanId: unknown, traceFlags: unknown): boolean {
+  return typeof spanId === 'string' && SPAN_ID.test(spanId) && spanId !== ZERO_SPAN_ID
+    && Number.isInteger(traceFlags) && (traceFlags as number) >= 0 && (traceFlags as number) <= 255;
+}
 
 /**
  * A trace id as rea keeps it. Any text is rea's own correlation id (stored, searched, in every
@@ -46,9 +66,12 @@ export function newTraceId(): string {
  */
 export class JobTraceScope implements TraceScope {
   #traceId: string | null;
-  constructor(traceId: string | null, readonly eventId: string, readonly handler: string, readonly attempt: number) {
+  /** The span that recorded the event; none for an event stored without a trace id (its span could be of no trace we know). */
+  readonly span: EventSpan | null;
+  constructor(traceId: string | null, readonly eventId: string, readonly handler: string, readonly attempt: number, span: EventSpan | null = null) {
     // Normalised here too: a row written by hand, or stored before record() lower-cased them.
     this.#traceId = traceId === null ? null : normalizeTraceId(traceId);
+    this.span = traceId === null ? null : span;
   }
 
   get traceId(): string {
@@ -62,13 +85,29 @@ export function traceIdOfEvent(eventId: string): string {
   return TRACE_ID.test(hex) && hex !== ZERO_TRACE_ID ? hex : newTraceId();
 }
 
-/** The trace id in effect: a rea handler's event, else the active OpenTelemetry span, else none. */
-export function currentTraceId(): string | null {
+/** The active OpenTelemetry span's context, or null: record() asks once per call (recordMany too). */
+export function activeSpanContext(): SpanContext | null {
+  return trace.getActiveSpan()?.spanContext() ?? null;
+}
+
+/** The trace id in effect: a rea handler's event, else the active OpenTelemetry span's (`active`), else none. */
+export function currentTraceId(active: SpanContext | null = activeSpanContext()): string | null {
   const scope = storage.getStore();
   if (scope) return scope.traceId;
-  const span = trace.getActiveSpan();
-  const id = span?.spanContext().traceId;
+  const id = active?.traceId;
   return id ? w3cTraceId(id) : null;
+}
+
+/**
+ * The span an event recorded in trace `traceId` stores, given the active span context: that
+ * span when it is in the same trace, else none (a span of another trace cannot be the parent of
+ * this one's spans). In a handler with no span of the user's own active, the active one is the
+ * handler's parent, so the event stores the span that recorded the handler's event; but not a
+ * parent runInTrace made up, which no backend has ever seen: the event then stores none.
+ */
+export function spanInTrace(active: SpanContext | null, traceId: string): EventSpan | null {
+  if (active === null || active.traceId !== traceId || madeUp.has(active)) return null;
+  return validSpan(active.spanId, active.traceFlags) ? active : null;
 }
 
 export function currentScope(): TraceScope | undefined {
@@ -96,7 +135,10 @@ function otelContextManager(): boolean {
   return managed;
 }
 
-/** Run fn in a trace scope; OpenTelemetry instrumentation inside sees the event's trace as its parent. */
+/**
+ * Run fn in a trace scope; OpenTelemetry instrumentation inside sees as its remote parent the span
+ * that recorded the event, sampled or not as that span was.
+ */
 export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
   // Without a context manager a span context would go nowhere: skip making one (it cost a
   // context copy and a random span id per job).
@@ -104,14 +146,24 @@ export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
   let otelContext = context.active();
   // Any other trace id (an order number, a request id) is rea's alone: its log lines carry it, but
   // it cannot be an OpenTelemetry trace, so the handler's spans get no parent from it.
-  const parent = w3cTraceId(scope.traceId);
-  if (parent !== null) {
-    otelContext = trace.setSpanContext(otelContext, {
-      traceId: parent,
-      spanId: randomHex(8),
-      traceFlags: TraceFlags.SAMPLED,
-      isRemote: true,
-    });
+  const traceId = w3cTraceId(scope.traceId);
+  if (traceId !== null) {
+    const span = scope.span;
+    let parent: SpanContext;
+    if (span && validSpan(span.spanId, span.traceFlags)) {
+      parent = { traceId, spanId: span.spanId, traceFlags: span.traceFlags, isRemote: true };
+    } else {
+      // No span stored: a trace id given to record() with no span of it active (one taken from a
+      // message or a header), one rea made (no span was active, or a capture trigger's row traced
+      // by its id), or a row stored before spans were. A trace needs a parent span context to
+      // carry its id into the handler's spans, so one is made up (a backend shows it as a missing
+      // parent). Sampled: no sampling decision was ever made for this trace that rea could
+      // honour, and unsampled, a parent-based sampler (the SDK's default) would drop every span of
+      // the handler, which were always recorded before.
+      parent = { traceId, spanId: randomHex(8), traceFlags: TraceFlags.SAMPLED, isRemote: true };
+      madeUp.add(parent);
+    }
+    otelContext = trace.setSpanContext(otelContext, parent);
   }
   return context.with(otelContext, () => storage.run(scope, fn));
 }

@@ -3,6 +3,7 @@
 import type { AdminExecutor } from './admin.js';
 import type { WebhookExecutor } from './webhooks.js';
 import type { OperationsExecutor } from './operations.js';
+import type { EventSpan } from '../core/trace.js';
 
 /** The least a database handle must offer: run one statement with positional parameters. */
 export interface Queryable {
@@ -53,6 +54,9 @@ export interface EventInsert {
   /** The payload already serialized as JSON (validated and size-checked by the caller). */
   payloadJson: string;
   traceId: string | null;
+  /** The OpenTelemetry span that recorded it, in trace traceId (both null or both set). */
+  spanId: string | null;
+  traceFlags: number | null;
   createdBy: string | null;
   version: number;
 }
@@ -156,6 +160,11 @@ export interface ClaimedJob {
   /** How many events this job stands for (more than one when the relay coalesced per subject). */
   coalesced: number;
   event: StoredEvent;
+  /**
+   * The OpenTelemetry span that recorded the event, where one was stored: the parent of the
+   * handler's spans. Kept beside the event, not in it: the handler is given the event as it is.
+   */
+  eventSpan: EventSpan | null;
   /** False when the event row is gone (deleted by retention before the job ran). */
   eventFound: boolean;
   /**

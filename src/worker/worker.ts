@@ -585,7 +585,7 @@ export class Worker {
 
   private async run(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
     const started = performance.now();
-    const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt);
+    const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt, job.eventSpan);
     const log = new LazyLogger(this.deps.log, () => ({
       trace_id: scope.traceId, event_id: job.event.id,
       ...(job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target }),

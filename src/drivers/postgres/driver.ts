@@ -185,7 +185,8 @@ export class PostgresDriver implements Driver {
   private eventInsertLiteral(events: EventInsert[]): string {
     const lit = (v: string | null) => (v === null ? 'null' : escapeLiteral(v));
     const rows = events.map((e) =>
-      `(${lit(e.id)}::uuid, ${lit(e.type)}, ${lit(e.subject)}, ${lit(e.payloadJson)}::jsonb, ${lit(e.traceId)}, ${lit(e.createdBy)}, ${Number(e.version) | 0})`);
+      `(${lit(e.id)}::uuid, ${lit(e.type)}, ${lit(e.subject)}, ${lit(e.payloadJson)}::jsonb, ${lit(e.traceId)}, ${lit(e.createdBy)}, ${Number(e.version) | 0}, ` +
+      `${lit(e.spanId)}, ${e.traceFlags === null ? 'null' : Number(e.traceFlags) & 0xff})`);
     return `${this.sql.eventInsertValuesPrefix} ${rows.join(', ')}`;
   }
 

@@ -8,6 +8,7 @@ import { DEFAULTS } from '../../core/options.js';
 import { inBatches } from './batches.js';
 import { patternToLike } from './patterns.js';
 import { CLAIM_WALK, CLAIM_WALK_ROUNDS, type PostgresStatements } from './sql.js';
+import type { EventSpan } from '../../core/trace.js';
 
 type Row = Record<string, any>;
 
@@ -53,14 +54,14 @@ export class PostgresExecutor implements Executor {
   async eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void> {
     if (events.length === 1) {
       const e = events[0]!;
-      await q.query(this.sql.eventInsertOne, [e.id, e.type, e.subject, e.payloadJson, e.traceId, e.createdBy, e.version]);
+      await q.query(this.sql.eventInsertOne, [e.id, e.type, e.subject, e.payloadJson, e.traceId, e.createdBy, e.version, e.spanId, e.traceFlags]);
       return;
     }
     for (const chunk of eventChunks(events)) {
       await q.query(this.sql.eventInsertMany, [
         chunk.map((e) => e.id), chunk.map((e) => e.type), chunk.map((e) => e.subject),
         chunk.map((e) => e.payloadJson), chunk.map((e) => e.traceId), chunk.map((e) => e.createdBy),
-        chunk.map((e) => e.version),
+        chunk.map((e) => e.version), chunk.map((e) => e.spanId), chunk.map((e) => e.traceFlags),
       ]);
     }
   }
@@ -187,6 +188,7 @@ export class PostgresExecutor implements Executor {
             traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
             createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
           },
+          eventSpan: eventSpan(r),
           eventFound: r.event_found === true,
           leaseAgeMs: r.lease_age_ms,
         });
@@ -271,19 +273,30 @@ export function mapJob(r: Row): JobRow {
   };
 }
 
+/** The span that recorded an event (span_id and trace_flags of its row), or null. Checked where it is used (runInTrace). */
+function eventSpan(r: Row): EventSpan | null {
+  return r.span_id == null || r.trace_flags == null ? null : { spanId: r.span_id, traceFlags: r.trace_flags };
+}
+
 /** One row of a fan-out statement (every variant returns the same columns) as a FanOutResult. */
 function fanOutResult(row: Row, inline: boolean): FanOutResult {
-  const events = new Map<string, ClaimedJob['event']>();
+  const events = new Map<string, { event: ClaimedJob['event']; span: EventSpan | null }>();
   for (const e of (row.handed_events ?? []) as Row[]) {
     events.set(e.id, {
-      id: e.id, type: e.type, subject: e.subject ?? null, payload: e.payload,
-      traceId: e.trace_id ?? null, createdBy: e.created_by ?? null, version: e.version, createdAt: new Date(e.created_at),
+      event: {
+        id: e.id, type: e.type, subject: e.subject ?? null, payload: e.payload,
+        traceId: e.trace_id ?? null, createdBy: e.created_by ?? null, version: e.version, createdAt: new Date(e.created_at),
+      },
+      span: eventSpan(e),
     });
   }
-  const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => ({
-    id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
-    coalesced: r.coalesced, event: events.get(r.event_id)!, eventFound: true,
-  }));
+  const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => {
+    const e = events.get(r.event_id)!;
+    return {
+      id: r.id, kind: 'handler', target: r.target, attempt: r.attempt, maxAttempts: r.max_attempts,
+      coalesced: r.coalesced, event: e.event, eventSpan: e.span, eventFound: true,
+    };
+  });
   const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
   if (!inline) {
     const result: FanOutResult = { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
@@ -293,7 +306,8 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
   const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
   const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
     const [maxAttempts, leaseMs, priority] = perTarget[target]!;
-    return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: events.get(eventId)!, eventFound: true, leaseMs, priority };
+    const e = events.get(eventId)!;
+    return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: e.event, eventSpan: e.span, eventFound: true, leaseMs, priority };
   });
   return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
 }

@@ -18,7 +18,7 @@ with cutoff as (
   from (select coalesce($1::timestamptz, now()) - $2::bigint * interval '1 millisecond' as at) t
 )`;
 
-const EVENT_COLUMNS = 'id, type, subject, payload, trace_id, created_by, version, created_at, fanned_out_at, fan_attempts, poisoned_at, last_error, delivered_inline';
+const EVENT_COLUMNS = 'id, type, subject, payload, trace_id, span_id, trace_flags, created_by, version, created_at, fanned_out_at, fan_attempts, poisoned_at, last_error, delivered_inline';
 
 export function postgresOperationsStatements(s: string) {
   // Fanned, not poisoned, old by both id (the index) and created_at (the truth, should an app

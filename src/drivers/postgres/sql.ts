@@ -215,7 +215,7 @@ ${capped ? cappedCtes : ''}
 -- In the order they were picked: the worker starts them in the order they come back, so a
 -- higher-priority job claimed with lower ones runs first.
 select c.id::text as id, c.kind, c.target, c.attempt, c.max_attempts, c.coalesced,
-       c.event_id::text as event_id, e.type, e.subject, e.payload, e.trace_id, e.created_by,
+       c.event_id::text as event_id, e.type, e.subject, e.payload, e.trace_id, e.span_id, e.trace_flags, e.created_by,
        e.version, (extract(epoch from e.created_at) * 1000)::float8 as created_at_ms, e.id is not null as event_found,
        -- How long the lease has run by now (from now(), the statement's start, lock waits included):
        -- the worker dates the jobs from there, not from the reply nor from a wait for a connection.
@@ -246,7 +246,7 @@ export function postgresStatements(s: string) {
     const inline = mode === 'inline';
     return /* sql */ `
 with claimed as (
-  select ctid, id, type, subject, payload, trace_id, created_by, version, created_at,
+  select ctid, id, type, subject, payload, trace_id, span_id, trace_flags, created_by, version, created_at,
          coalesce(subject, id::text) as coalesce_key
   from ${s}.events
   where fanned_out_at is null and poisoned_at is null ${filter}
@@ -361,6 +361,7 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
         from inserted i where i.state = 'running') as handed_off,
        (select coalesce(json_agg(json_build_object(
            'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
+           'span_id', c.span_id, 'trace_flags', c.trace_flags,
            'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
         from claimed c${inline ? ', inline_names n' : ''}
         -- Inline events by a key lookup in inline_names: \`= any\` of their ids would compare every
@@ -378,7 +379,7 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
   // $6 lease_ms per target, $7 inline per target), $8 the idle limit (as eventFanOutInline's $12).
   const fanOutInlineLean = /* sql */ `
 with claimed as materialized (
-  select ctid, id, type, subject, payload, trace_id, created_by, version, created_at
+  select ctid, id, type, subject, payload, trace_id, span_id, trace_flags, created_by, version, created_at
   from ${s}.events
   where fanned_out_at is null and poisoned_at is null
   order by id
@@ -427,21 +428,22 @@ select (select lean from verdict) as lean,
        '[]'::json as handed_off,
        (select coalesce(json_agg(json_build_object(
            'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
+           'span_id', c.span_id, 'trace_flags', c.trace_flags,
            'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
         from claimed c
         where (select lean from verdict) and c.type in (select type from names)) as handed_events`;
 
   return {
     eventInsertOne: /* sql */ `
-insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
-values ($1, $2, $3, $4::jsonb, $5, $6, $7)`,
+insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version, span_id, trace_flags)
+values ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9)`,
 
     // Followed by literal value rows, for deferred events sent together with COMMIT.
-    eventInsertValuesPrefix: /* sql */ `insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version) values`,
+    eventInsertValuesPrefix: /* sql */ `insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version, span_id, trace_flags) values`,
 
     eventInsertMany: /* sql */ `
-insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version)
-select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[])`,
+insert into ${s}.events (id, type, subject, payload, trace_id, created_by, version, span_id, trace_flags)
+select * from unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[], $8::text[], $9::smallint[])`,
 
     // Before an inline round that follows an empty one: is there an event it could claim? One
     // round trip, where an inline round is three (BEGIN, the statement, COMMIT). It locks what it

@@ -250,4 +250,16 @@ create table {schema}.admin_sessions_ended (
 );
 `,
   },
+  {
+    version: 9,
+    name: 'event_span',
+    // The OpenTelemetry span that recorded an event (16 hex digits, and its W3C trace flags), so
+    // that its handlers' spans get that span as their parent, sampled as it was. Null where record()
+    // saw no span in the event's trace, and in rows written before this migration, by a capture
+    // trigger or by hand. Not breaking: an older rea leaves both null and never reads them.
+    sql: /* sql */ `
+alter table {schema}.events add column span_id text, add column trace_flags smallint;
+alter table {schema}.events_archive add column span_id text, add column trace_flags smallint;
+`,
+  },
 ];
