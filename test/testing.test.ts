@@ -105,6 +105,19 @@ describeTargets('rea/testing on $name', (target) => {
     expect(recorded.map((r) => r.traceId)).toEqual([trace]);
     expect(lines).toEqual([expect.objectContaining({ trace_id: trace, event_id: 'e1', handler: 'notify', attempt: 1, step: 'sent', msg: 'notified' })]);
 
+    // Given no trace id, the handler's event carries the one its log lines and its events get (a
+    // worker's event always has one: record() stores it); it was null. One in upper case is lower-cased, as record() does.
+    const traces: (string | null)[] = [];
+    bus.on('order.paid', 'trace-reader', async (e) => {
+      traces.push(e.traceId);
+      await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'child' }));
+    });
+    const eventId = '01a24bae-51d5-7000-b773-421bb78a3e1d';
+    await runHandlerNow(bus, 'trace-reader', { id: eventId, type: 'order.paid', payload: { orderNo: 'T' } });
+    await runHandlerNow(bus, 'trace-reader', { type: 'order.paid', payload: { orderNo: 'T' }, traceId: 'AB'.repeat(16) });
+    expect(traces).toEqual([eventId.replace(/-/g, ''), 'ab'.repeat(16)]);
+    for (const t of traces) expect((await bus.events.list({ traceId: t! })).items.map((r) => r.type)).toEqual(['order.paid']);
+
     // What record() refuses, or what the relay never routes to it, no worker would ever run.
     // The event is typed as record() takes it, so this one does not compile; a caller that casts gets record()'s error.
     // @ts-expect-error orderNo is a string in the schema

@@ -105,7 +105,9 @@ export async function runHandlerNow<S extends EventSchemas>(
     },
     tx: options.tx as HandlerContext['tx'],
   };
-  const full = { id, subject: null, traceId: null, createdBy: null, version: 1, createdAt: new Date(), ...event, payload };
+  // The event's traceId is the trace the handler runs in, as record() would have stored it: given
+  // none, it was null, while its ctx.log lines and the events it recorded carried one made from the id.
+  const full = { id, createdBy: null, version: 1, createdAt: new Date(), ...event, subject: event.subject ?? null, traceId: scope.traceId, payload };
   try {
     await runInTrace(scope, () => abort.race((async () => handler.fn(full, ctx))()));
   } finally {
