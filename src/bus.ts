@@ -383,7 +383,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
    * `at` names the call in errors: 'record', or 'recordMany(items)[3]'. `active`: the OpenTelemetry
    * span context where record() was called (activeSpanContext(), looked up once per call).
    */
-  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined, active: SpanContext | null, at = 'record'): Promise<EventInsert> {
+  async function prepare(
+    type: string, payload: unknown, opts: RecordOptions | undefined, active: SpanContext | null, at = 'record', keys = RECORD_OPTIONS,
+  ): Promise<EventInsert> {
+    checkRecordOptions(opts, at, keys);
     if (!known.has(type)) throw new UnknownEventTypeError(type, catalog.types);
     const value = await validatePayload(catalog as unknown as EventCatalog, type, payload);
     const problem = findJsonProblem(value);
@@ -561,7 +564,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       const active = activeSpanContext();
       for (const [i, item] of items.entries()) {
         if (typeof item !== 'object' || item === null) throw new OptionsError(`recordMany(items)[${i}]`, 'must be an object { type, payload, subject? }');
-        rows.push(await prepare(item.type, item.payload, item, active, `recordMany(items)[${i}]`));
+        rows.push(await prepare(item.type, item.payload, item, active, `recordMany(items)[${i}]`, RECORD_ITEM_KEYS));
       }
       if (rows.length > 0) await recordInto(tx, rows);
       return rows.map((r) => r.id);
@@ -770,6 +773,24 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
   };
   return bus;
+}
+
+const RECORD_OPTIONS = new Set(['subject', 'traceId', 'createdBy', 'version']);
+const RECORD_ITEM_KEYS = new Set(['type', 'payload', ...RECORD_OPTIONS]);
+
+/**
+ * record()'s options (or a recordMany item) hold only what record() stores: a misspelt one
+ * (`subjct`, `traceID`, `created_by`) was dropped without a word, and the event stored without
+ * its subject (so never coalesced), trace or author, as every other option group refuses it.
+ */
+function checkRecordOptions(opts: unknown, at: string, keys: ReadonlySet<string>): void {
+  if (opts === undefined || opts === null) return;
+  if (typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new OptionsError(at === 'record' ? 'record(options)' : at, `must be an object { ${[...keys].map((k) => `${k}?`).join(', ')} }, not ${describe(opts)}`);
+  }
+  let unknown: string[] | undefined;
+  for (const key of Object.keys(opts)) if (!keys.has(key)) (unknown ??= []).push(key);
+  if (unknown) throw new OptionsError(at, `unknown option(s) ${unknown.join(', ')} (known: ${[...RECORD_OPTIONS].join(', ')})`);
 }
 
 /**

@@ -258,6 +258,22 @@ describe('inline delivery on postgres', () => {
     expect(await v.jobs()).toEqual([]);
   });
 
+  test('a round\'s deliveries start in priority order, as a claim\'s do, whatever order the handlers were registered in', async () => {
+    // The round's jobs came grouped by handler: with one slot, the low-priority handler registered
+    // first ran all of its deliveries before the first of the high-priority one.
+    const bus = await testBus(target, events, { relay: { inlineMs: 1000 }, worker: { concurrency: 1 } });
+    const order: string[] = [];
+    const ran = counter(6);
+    bus.on('order.created', 'low', (e) => { order.push(`low:${e.payload.n}`); ran.tick(); }, { priority: 10 });
+    bus.on('order.created', 'high', (e) => { order.push(`high:${e.payload.n}`); ran.tick(); }, { priority: -10 });
+    await bus.start();
+    await recordAll(bus, [1, 2, 3]);
+    await ran.done;
+    expect(order).toEqual(['high:1', 'high:2', 'high:3', 'low:1', 'low:2', 'low:3']);
+    // All six in one round, inline: none has a job row.
+    await vi.waitFor(async () => expect((await views(target, bus.schema).events()).map((e) => e.delivered_inline)).toEqual([['high', 'low'], ['high', 'low'], ['high', 'low']]));
+  });
+
   test('webhook jobs made by an inline round are queued once it commits', async () => {
     const bus = await testBus(target, events, { relay: { inlineMs: 50 }, webhooks: { allowPrivateNetworks: true, enabled: false } });
     const v = views(target, bus.schema);

@@ -287,6 +287,23 @@ describeTargets('record on $name', (target) => {
       expect(many, option).toBeInstanceOf(OptionsError);
       expect(many.field).toBe(`recordMany(items)[1].${option}`);
     }
+    // A misspelt option was dropped without a word: the event was stored with no subject (never
+    // coalesced), no trace id of the caller's, no author.
+    for (const option of ['subjct', 'traceID', 'created_by']) {
+      const err = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'O1', total: 1 }, { subject: 'O1', [option]: 'x' } as never)).catch((e) => e);
+      expect(err, option).toBeInstanceOf(OptionsError);
+      expect(err.field).toBe('record');
+      expect(err.message).toBe(`invalid option record: unknown option(s) ${option} (known: subject, traceId, createdBy, version)`);
+      const many = await bus.transaction((tx) => bus.recordMany(tx, [
+        { type: 'order.created', payload: { orderNo: 'O1', total: 1 }, subject: 'O1' },
+        { type: 'order.created', payload: { orderNo: 'O2', total: 1 }, [option]: 'x' } as never,
+      ])).catch((e) => e);
+      expect(many, option).toBeInstanceOf(OptionsError);
+      expect(many.field).toBe('recordMany(items)[1]');
+    }
+    const notOptions = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'O1', total: 1 }, 'O1' as never)).catch((e) => e);
+    expect(notOptions).toBeInstanceOf(OptionsError);
+    expect(notOptions.field).toBe('record(options)');
     const notItem = await bus.transaction((tx) => bus.recordMany(tx, [null as never])).catch((e) => e);
     expect(notItem).toBeInstanceOf(OptionsError);
     expect(notItem.field).toBe('recordMany(items)[0]');

@@ -1,7 +1,7 @@
 // rea/testing: assertions on what a transaction recorded, and running one handler directly.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, HandlerTimeoutError, PayloadValidationError, WorkerStoppingError } from '../src/index.js';
+import { defineEvents, HandlerTimeoutError, OptionsError, PayloadValidationError, WorkerStoppingError } from '../src/index.js';
 import { expectRecorded, HandlerTimeoutError as TestingHandlerTimeoutError, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
 import { describeTargets, testBus } from './helpers/db.js';
@@ -60,6 +60,8 @@ describeTargets('rea/testing on $name', (target) => {
     await runHandlerNow(bus, 'h', { id: 'e1', type: 'order.created', payload: { orderNo: 'X', total: 1 } }, { attempt: 2 });
     expect(seen).toEqual(['X:2:e1:h']);
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: { orderNo: 'X', total: 1 } })).rejects.toThrow(/no handler named 'nope'/);
+    // A misuse is a typed error naming what is wrong, as rea's own are (it was a plain Error).
+    await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: { orderNo: 'X', total: 1 } })).rejects.toMatchObject({ name: 'OptionsError', field: 'runHandlerNow(name)' });
   });
 
   it.skipIf(!target.available)('runHandlerNow gives ctx.tx only to a transactional handler, as a worker does', async () => {
@@ -75,9 +77,11 @@ describeTargets('rea/testing on $name', (target) => {
     // Before, the plain handler got the tx it is never given in production, and this resolved with 'plain:tx'.
     await bus.transaction(async (tx) => {
       await expect(runHandlerNow(bus, 'plain', event, { tx })).rejects.toThrow(/handler 'plain' is not transactional: a worker runs it with no ctx.tx/);
+      await expect(runHandlerNow(bus, 'plain', event, { tx })).rejects.toBeInstanceOf(OptionsError);
       await runHandlerNow(bus, 'in-tx', event, { tx });
     });
     await runHandlerNow(bus, 'plain', event);
+    await expect(runHandlerNow(bus, 'in-tx', event)).rejects.toMatchObject({ name: 'OptionsError', field: 'runHandlerNow(options).tx' });
     expect(saw).toEqual(['in-tx:tx', 'plain:none']);
   });
 
@@ -105,11 +109,25 @@ describeTargets('rea/testing on $name', (target) => {
     expect(recorded.map((r) => r.traceId)).toEqual([trace]);
     expect(lines).toEqual([expect.objectContaining({ trace_id: trace, event_id: 'e1', handler: 'notify', attempt: 1, step: 'sent', msg: 'notified' })]);
 
+    // Given no trace id, the handler's event carries the one its log lines and its events get (a
+    // worker's event always has one: record() stores it); it was null. One in upper case is lower-cased, as record() does.
+    const traces: (string | null)[] = [];
+    bus.on('order.paid', 'trace-reader', async (e) => {
+      traces.push(e.traceId);
+      await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: 'child' }));
+    });
+    const eventId = '01a24bae-51d5-7000-b773-421bb78a3e1d';
+    await runHandlerNow(bus, 'trace-reader', { id: eventId, type: 'order.paid', payload: { orderNo: 'T' } });
+    await runHandlerNow(bus, 'trace-reader', { type: 'order.paid', payload: { orderNo: 'T' }, traceId: 'AB'.repeat(16) });
+    expect(traces).toEqual([eventId.replace(/-/g, ''), 'ab'.repeat(16)]);
+    for (const t of traces) expect((await bus.events.list({ traceId: t! })).items.map((r) => r.type)).toEqual(['order.paid']);
+
     // What record() refuses, or what the relay never routes to it, no worker would ever run.
     // The event is typed as record() takes it, so this one does not compile; a caller that casts gets record()'s error.
     // @ts-expect-error orderNo is a string in the schema
     await expect(runHandlerNow(bus, 'notify', { type: 'order.shipped', payload: { orderNo: 5 } })).rejects.toThrow(PayloadValidationError);
     await expect(runHandlerNow(bus, 'notify', { type: 'order.paid', payload: { orderNo: 'X' } })).rejects.toThrow(/does not subscribe to 'order.paid'/);
+    await expect(runHandlerNow(bus, 'notify', { type: 'order.paid', payload: { orderNo: 'X' } })).rejects.toMatchObject({ name: 'OptionsError', field: 'runHandlerNow(event).type' });
 
     // A handler that never settles is aborted at its timeout, through ctx.signal.
     let signal: AbortSignal | undefined;

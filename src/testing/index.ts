@@ -2,6 +2,7 @@
 // run one handler directly, without the relay or a worker.
 import type { Bus } from '../bus.js';
 import type { EventSchemas, EventType, PayloadInput, PayloadOutput } from '../core/events.js';
+import { OptionsError } from '../core/errors.js';
 import { patternMatches } from '../core/events.js';
 import { LazyLogger } from '../core/logger.js';
 import { JobTraceScope, runInTrace } from '../core/trace.js';
@@ -68,17 +69,17 @@ export async function runHandlerNow<S extends EventSchemas>(
   options: { attempt?: number; tx?: unknown; signal?: AbortSignal } = {},
 ): Promise<void> {
   const handler = bus.handler(name);
-  if (!handler) throw new Error(`no handler named '${name}' is registered on this bus`);
+  if (!handler) throw new OptionsError('runHandlerNow(name)', `no handler named '${name}' is registered on this bus`);
   if (handler.transactional && !isReaTransaction(options.tx)) {
-    throw new Error(`handler '${name}' is transactional: pass { tx } from bus.transaction()`);
+    throw new OptionsError('runHandlerNow(options).tx', `handler '${name}' is transactional: pass { tx } from bus.transaction()`);
   }
   // A worker gives a plain handler no ctx.tx: handed one here, a handler that writes through
   // ctx.tx when it has one passed its test and took another path in production.
   if (!handler.transactional && options.tx !== undefined) {
-    throw new Error(`handler '${name}' is not transactional: a worker runs it with no ctx.tx, so runHandlerNow takes no { tx } for it (register it with { transactional: true } to run it in one)`);
+    throw new OptionsError('runHandlerNow(options).tx', `handler '${name}' is not transactional: a worker runs it with no ctx.tx, so runHandlerNow takes no { tx } for it (register it with { transactional: true } to run it in one)`);
   }
   if (!handler.patterns.some((p) => patternMatches(p, event.type))) {
-    throw new Error(`handler '${name}' does not subscribe to '${event.type}' (its patterns: ${handler.patterns.join(', ')}): no worker would run it on this event`);
+    throw new OptionsError('runHandlerNow(event).type', `handler '${name}' does not subscribe to '${event.type}' (its patterns: ${handler.patterns.join(', ')}): no worker would run it on this event`);
   }
   const payload = await bus.deliveredPayload(event.type, event.payload);
   const id = event.id ?? '00000000-0000-7000-8000-000000000000';
@@ -105,7 +106,9 @@ export async function runHandlerNow<S extends EventSchemas>(
     },
     tx: options.tx as HandlerContext['tx'],
   };
-  const full = { id, subject: null, traceId: null, createdBy: null, version: 1, createdAt: new Date(), ...event, payload };
+  // The event's traceId is the trace the handler runs in, as record() would have stored it: given
+  // none, it was null, while its ctx.log lines and the events it recorded carried one made from the id.
+  const full = { id, createdBy: null, version: 1, createdAt: new Date(), ...event, subject: event.subject ?? null, traceId: scope.traceId, payload };
   try {
     await runInTrace(scope, () => abort.race((async () => handler.fn(full, ctx))()));
   } finally {

@@ -345,7 +345,7 @@ export class Worker {
     const round = new InlineRound(jobs);
     this.inlineRounds++;
     for (const job of jobs) this.inlineOf.set(job.id, round);
-    if (this.accepting) this.take(jobs, leasedAt);
+    if (this.accepting) this.take(byPriority(jobs), leasedAt);
     else for (const job of jobs) this.settle(job, { kind: 'released' });
     return round;
   }
@@ -703,6 +703,18 @@ export class MissingEventError extends Error {
     super(`event ${eventId} no longer exists (deleted by retention before its job ran)`);
     this.name = 'MissingEventError';
   }
+}
+
+/**
+ * An inline round's jobs come grouped by handler (the order its statement numbered them), not as a
+ * claim orders them: with few free slots, a low-priority handler registered first ran its whole
+ * round before any job of a higher one. In priority order (lowest first) then, as a claim is; the
+ * sort is stable, so each priority keeps its events' order. Most rounds have one priority: no sort.
+ */
+function byPriority(jobs: InlineJob[]): InlineJob[] {
+  const first = jobs[0]?.priority;
+  if (jobs.every((j) => j.priority === first)) return jobs;
+  return [...jobs].sort((a, b) => a.priority - b.priority);
 }
 
 function bump(map: Map<string, number>, key: string, by: number): void {
