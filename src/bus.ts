@@ -379,7 +379,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   });
 
   /** `at` names the call in errors: 'record', or 'recordMany(items)[3]'. */
-  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined, at = 'record'): Promise<EventInsert> {
+  async function prepare(type: string, payload: unknown, opts: RecordOptions | undefined, at = 'record', itemKeys: readonly string[] = []): Promise<EventInsert> {
+    checkRecordOptions(opts, at, itemKeys);
     if (!known.has(type)) throw new UnknownEventTypeError(type, catalog.types);
     const value = await validatePayload(catalog as unknown as EventCatalog, type, payload);
     const problem = findJsonProblem(value);
@@ -550,7 +551,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       const rows: EventInsert[] = [];
       for (const [i, item] of items.entries()) {
         if (typeof item !== 'object' || item === null) throw new OptionsError(`recordMany(items)[${i}]`, 'must be an object { type, payload, subject? }');
-        rows.push(await prepare(item.type, item.payload, item, `recordMany(items)[${i}]`));
+        rows.push(await prepare(item.type, item.payload, item, `recordMany(items)[${i}]`, RECORD_ITEM_KEYS));
       }
       if (rows.length > 0) await recordInto(tx, rows);
       return rows.map((r) => r.id);
@@ -771,6 +772,26 @@ function recordText(value: unknown, field: string): string | null {
   if (typeof value !== 'string') throw new OptionsError(field, `must be a string, not ${describe(value)}`);
   if (unstorableText(value)) throw new OptionsError(field, 'holds a NUL character (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL text cannot store');
   return value;
+}
+
+const RECORD_OPTION_KEYS: readonly string[] = ['subject', 'traceId', 'createdBy', 'version'];
+const RECORD_ITEM_KEYS: readonly string[] = ['type', 'payload'];
+
+/**
+ * record()'s options are an object of the four it stores, as every other option group is strict:
+ * a misspelt `subjct`, or a subject passed as the options themselves (`record(tx, type, payload,
+ * 'A1')`), stored the event without it and without a word.
+ */
+function checkRecordOptions(opts: unknown, at: string, itemKeys: readonly string[]): void {
+  if (opts === undefined || opts === null) return;
+  if (typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new OptionsError(at === 'record' ? 'record.options' : at, `must be an object { subject?, traceId?, createdBy?, version? }, not ${describe(opts)}`);
+  }
+  for (const key of Object.keys(opts)) {
+    if (!RECORD_OPTION_KEYS.includes(key) && !itemKeys.includes(key)) {
+      throw new OptionsError(`${at}.${key}`, `unknown option; known: ${[...itemKeys, ...RECORD_OPTION_KEYS].join(', ')}`);
+    }
+  }
 }
 
 /** record()'s traceId: any text, kept as given, but a W3C trace id in upper case is lower-cased (see normalizeTraceId). */

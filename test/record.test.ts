@@ -287,6 +287,21 @@ describeTargets('record on $name', (target) => {
       expect(many, option).toBeInstanceOf(OptionsError);
       expect(many.field).toBe(`recordMany(items)[1].${option}`);
     }
+    // An option rea does not know was dropped without a word: a misspelt subject, or a subject
+    // given as the options themselves, stored the event without one.
+    const misspelt = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'O1', total: 1 }, { subjct: 'O1' } as never)).catch((e) => e);
+    expect(misspelt).toBeInstanceOf(OptionsError);
+    expect(misspelt.field).toBe('record.subjct');
+    expect(misspelt.message).toContain('known: subject, traceId, createdBy, version');
+    const bare = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'O1', total: 1 }, 'O1' as never)).catch((e) => e);
+    expect(bare).toBeInstanceOf(OptionsError);
+    expect(bare.field).toBe('record.options');
+    const manyMisspelt = await bus.transaction((tx) => bus.recordMany(tx, [
+      { type: 'order.created', payload: { orderNo: 'O1', total: 1 }, subject: 'O1' },
+      { type: 'order.created', payload: { orderNo: 'O2', total: 1 }, payLoad: {} } as never,
+    ])).catch((e) => e);
+    expect(manyMisspelt).toBeInstanceOf(OptionsError);
+    expect(manyMisspelt.field).toBe('recordMany(items)[1].payLoad');
     const notItem = await bus.transaction((tx) => bus.recordMany(tx, [null as never])).catch((e) => e);
     expect(notItem).toBeInstanceOf(OptionsError);
     expect(notItem.field).toBe('recordMany(items)[0]');
