@@ -64,6 +64,12 @@ describe('createAdminHandler options', () => {
       process.env.REA_ADMIN_TOKEN = TOKEN;
       expect(() => createAdminHandler(bus)).not.toThrow();
       expect(() => createAdminHandler(bus, { basePath: 'admin' })).toThrow(/basePath/);
+      // A misspelt option was dropped without a word: `basepath` left the mount path unstripped
+      // (every request a 404), and a string 'false' (from an environment variable) left /healthz public.
+      expect(() => createAdminHandler(bus, { basepath: '/admin' } as never))
+        .toThrow(/^invalid option createAdminHandler\(options\): unknown option\(s\) basepath; known: auth, basePath/);
+      expect(() => createAdminHandler(bus, { publicHealth: 'false' as never })).toThrow(new OptionsError('publicHealth', 'must be true or false, not "false"'));
+      expect(() => createAdminHandler(bus, { publicHealth: false, basePath: '/admin', leaderGraceMs: 1000 })).not.toThrow();
       // A bare host threw a TypeError ('Invalid URL'); host:port parsed as a scheme whose origin
       // is 'null', which no request matches, so every panel action was refused as cross-site.
       for (const origin of ['ops.example.com', 'ops.example.com:443', 'https://ops.example.com/admin', 'ftp://ops.example.com']) {
