@@ -8,7 +8,7 @@ import type pg from 'pg';
 import type { SpanContext } from '@opentelemetry/api';
 import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
-import { BusStateError, DatabaseError, DuplicateHandlerError, HandlerInUseError, InvalidFilterError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
+import { BusStateError, DatabaseError, DuplicateHandlerError, HandlerInUseError, InvalidFilterError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
 import {
   patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes, type UnmatchedPattern,
   type PayloadInput, type ReaEvent,
@@ -707,7 +707,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         const window = Math.max(threshold, 2 * workerOptions.heartbeatMs);
         const r = await driver.admin.handlerForget({ name, unseenForMs: forgetOptions.force ? null : window, now: clock.now() });
         // No row, but waiting jobs of the name: a forget cut short, or jobs retried by name since.
-        if (!r.forgotten && r.seenAt === null && r.cancelled === 0) throw new NotFoundError(`handler ${JSON.stringify(name)}`);
+        if (!r.forgotten && r.seenAt === null && r.cancelled === 0) throw await unknownHandler(driver, name);
         if (!r.forgotten && r.seenAt !== null) {
           throw new HandlerInUseError(name, r.seenAt!, formatMs(window));
         }

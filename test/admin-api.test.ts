@@ -64,6 +64,12 @@ describe('createAdminHandler options', () => {
       process.env.REA_ADMIN_TOKEN = TOKEN;
       expect(() => createAdminHandler(bus)).not.toThrow();
       expect(() => createAdminHandler(bus, { basePath: 'admin' })).toThrow(/basePath/);
+      // A misspelt option was dropped without a word: `basepath` left the mount path unstripped
+      // (every request a 404), and a string 'false' (from an environment variable) left /healthz public.
+      expect(() => createAdminHandler(bus, { basepath: '/admin' } as never))
+        .toThrow(/^invalid option createAdminHandler\(options\): unknown option\(s\) basepath; known: auth, basePath/);
+      expect(() => createAdminHandler(bus, { publicHealth: 'false' as never })).toThrow(new OptionsError('publicHealth', 'must be true or false, not "false"'));
+      expect(() => createAdminHandler(bus, { publicHealth: false, basePath: '/admin', leaderGraceMs: 1000 })).not.toThrow();
       // A bare host threw a TypeError ('Invalid URL'); host:port parsed as a scheme whose origin
       // is 'null', which no request matches, so every panel action was refused as cross-site.
       for (const origin of ['ops.example.com', 'ops.example.com:443', 'https://ops.example.com/admin', 'ftp://ops.example.com']) {
@@ -764,6 +770,18 @@ describeTargets('admin API on $name', (target) => {
     const upd = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: { eventTypes: 'order.paid, order.created', description: 'warehouse v2' }, headers: bearer() });
     expect(upd.status).toBe(200);
     expect(upd.json.endpoint).toMatchObject({ id, url: `${receiver.url}/hook`, eventTypes: ['order.paid', 'order.created'], description: 'warehouse v2', state: 'enabled' });
+    // The API takes what bus.endpoints takes: a description of 800 characters (the CLI's, the
+    // code's) was a 400 here, so such an endpoint could not be edited from the panel at all.
+    const long = 'd'.repeat(800);
+    await bus.endpoints.update(id, { description: long });
+    const keep = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: { description: long, eventTypes: 'order.paid' }, headers: bearer() });
+    expect(keep.status).toBe(200);
+    expect(keep.json.endpoint).toMatchObject({ description: long, eventTypes: ['order.paid'] });
+    const tooLong = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: { description: 'd'.repeat(1001) }, headers: bearer() });
+    expect(tooLong.status).toBe(400);
+    expect(tooLong.json.error).toMatchObject({ code: 'ERR_OPTIONS', parameter: 'description' });
+    expect((await call(s.url, 'POST', '/api/endpoints', { body: { url: `https://example.com/${'u'.repeat(2100)}`, eventTypes: 'order.paid' }, headers: bearer() })).json.error)
+      .toMatchObject({ code: 'ERR_OPTIONS', parameter: 'url' });
     const empty = await call(s.url, 'POST', `/api/endpoints/${id}/update`, { body: {}, headers: bearer() });
     expect(empty.status).toBe(400);
     expect(empty.text).toContain('give at least one of url, eventTypes, description');

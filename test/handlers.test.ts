@@ -57,6 +57,8 @@ describeTargets('stored handlers on $name', (target) => {
     // Refused for a handler that is here, or was had recently; unknown names are NotFound.
     await expect(v2.handlers.forget('sms')).rejects.toBeInstanceOf(BusStateError);
     await expect(v2.handlers.forget('nosuch')).rejects.toBeInstanceOf(NotFoundError);
+    // A typo is answered with the names there are, as a retry or replay by handler name is.
+    await expect(v2.handlers.forget('old-smss')).rejects.toThrow(`handler "old-smss" not found; known handlers: 'old-sms', 'sms'`);
     expect(await v2.handlers.forget('old-sms')).toEqual({ cancelled: 1 });
     const [cancelled] = (await v2.jobs.forEvent(id)).filter((j) => j.target === 'old-sms');
     expect(cancelled).toMatchObject({ state: 'cancelled' });

@@ -41,10 +41,11 @@ interface Compiled {
 
 export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions = {}): AdminHandler {
   if (!bus || typeof bus.overview !== 'function') throw new OptionsError('bus', 'pass a bus created with createBus()');
+  checkOptionKeys(options);
   const auth = new Authenticator(resolveAuth(options.auth));
   const basePath = normalizeBase(options.basePath);
   const allowedOrigins = checkOrigins(options.allowedOrigins);
-  const publicHealth = options.publicHealth ?? true;
+  const publicHealth = checkBoolean('publicHealth', options.publicHealth, true);
   const leaderGraceMs = checkNumber('leaderGraceMs', options.leaderGraceMs, 30_000);
   const refreshS = checkRefresh(options.refreshSeconds);
   const metrics = new AdminMetrics(bus);
@@ -283,6 +284,24 @@ export function checkOrigins(origins: unknown): string[] {
     }
     return url.origin;
   });
+}
+
+/**
+ * Strict as the bus's options are: a misspelt `basepath` answered every request 404 (the mount
+ * path was never stripped), and a misspelt `publichealth: false` left /healthz public.
+ */
+const OPTION_KEYS: readonly string[] = ['auth', 'basePath', 'allowedOrigins', 'publicHealth', 'leaderGraceMs', 'refreshSeconds'];
+function checkOptionKeys(options: unknown): void {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new OptionsError('createAdminHandler(options)', `must be an object { ${OPTION_KEYS.join(', ')} }`);
+  const unknown = Object.keys(options).filter((key) => !OPTION_KEYS.includes(key));
+  if (unknown.length > 0) throw new OptionsError('createAdminHandler(options)', `unknown option(s) ${unknown.join(', ')}; known: ${OPTION_KEYS.join(', ')}`);
+}
+
+/** A string 'false' (from an environment variable) is truthy: /healthz stayed public. */
+function checkBoolean(field: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw new OptionsError(field, `must be true or false, not ${JSON.stringify(value)}`);
+  return value;
 }
 
 function checkNumber(field: string, value: unknown, fallback: number): number {
