@@ -131,6 +131,17 @@ describe('PGlite data directory lock', () => {
     expect(readFileSync(file, 'utf8')).toBe('not a directory');
   });
 
+  it.skipIf(process.platform !== 'linux')('a path under a file system that refuses directories (/proc) is OptionsError database.pglite, at once', () => {
+    // Node 20's mkdirSync(…, { recursive: true }) never returns there (100 % CPU): the CLI hung on
+    // `--pglite /proc/nope/x`.
+    const given = `/proc/rea-nope-${process.pid}/data`;
+    const err = (() => { try { open(given); } catch (e) { return e; } })();
+    expect(err).toBeInstanceOf(OptionsError);
+    expect(err).toMatchObject({ code: 'ERR_OPTIONS', field: 'database.pglite' });
+    expect((err as Error).message).toContain(given);
+    expect((err as Error).message).toContain('(ENOENT)');
+  });
+
   // root may write anywhere, so no permission refusal happens to test (the suite runs as root in CI).
   it.skipIf(process.getuid?.() === 0)('a directory this process may not write in is OptionsError database.pglite naming it', () => {
     const parent = tempDir();

@@ -2,8 +2,8 @@
 // so nothing keeps a second process off the same files; two at once can corrupt them. rea takes
 // <dir>/rea.lock (created exclusively, holding its pid) before it opens a directory, and removes it
 // on close or exit. A lock whose process is gone (kill -9, a crash) is taken over.
-import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { DataDirLockedError, OptionsError } from '../../core/errors.js';
 
 export const LOCK_FILE = 'rea.lock';
@@ -41,7 +41,7 @@ export interface DataDirLock {
 export function lockDataDir(dir: string): DataDirLock {
   const directory = resolve(dir);
   try {
-    mkdirSync(directory, { recursive: true });
+    makeDirectory(directory);
   } catch (err) {
     throw unusableDir(directory, 'create', err);
   }
@@ -69,6 +69,25 @@ export function lockDataDir(dir: string): DataDirLock {
  * A path that cannot be a data directory is a wrong option, named as such (before, createBus threw
  * the bare fs error: "EEXIST: file already exists, mkdir …"). Other fs errors pass as they are.
  */
+/**
+ * mkdir -p, one level at a time from the nearest one that exists. Node 20's
+ * mkdirSync(…, { recursive: true }) never returns (100 % CPU) when a parent is on a file system
+ * that answers ENOENT to mkdir, as /proc does: `--pglite /proc/nope/x` hung the CLI.
+ */
+function makeDirectory(directory: string): void {
+  const missing: string[] = [];
+  for (let d = directory; !existsSync(d) && dirname(d) !== d; d = dirname(d)) missing.push(d);
+  for (const d of missing.reverse()) {
+    try {
+      mkdirSync(d);
+    } catch (err) {
+      // Made by another process meanwhile is as good.
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || !statSync(d).isDirectory()) throw err;
+    }
+  }
+  if (!statSync(directory).isDirectory()) throw Object.assign(new Error(`EEXIST: ${directory} is a file`), { code: 'EEXIST' });
+}
+
 function unusableDir(directory: string, act: 'create' | 'write in', err: unknown): unknown {
   const code = (err as NodeJS.ErrnoException)?.code;
   const problem =
@@ -76,6 +95,7 @@ function unusableDir(directory: string, act: 'create' | 'write in', err: unknown
     : code === 'ENOTDIR' ? `${directory} is not a directory: a part of its path is a file`
     : code === 'EACCES' || code === 'EPERM' ? `cannot ${act} ${directory}: permission denied (${code}); give a directory this process may write in`
     : code === 'EROFS' ? `cannot ${act} ${directory}: the file system is read-only (EROFS)`
+    : code === 'ENOENT' ? `cannot ${act} ${directory}: a directory on its path cannot be made there (ENOENT)`
     : null;
   return problem === null ? err : new OptionsError('database.pglite', problem, { cause: err });
 }
