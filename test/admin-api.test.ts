@@ -789,6 +789,14 @@ describeTargets('admin API on $name', (target) => {
     expect(badUrl.status).toBe(400);
     expect((await call(s.url, 'GET', `/api/endpoints/${id}`, { headers: bearer() })).json.endpoint.url).toBe(`${receiver.url}/hook`);
 
+    // A disable reason likewise: the bus takes 1,000 characters, the route capped it at 500.
+    const tooLongReason = await call(s.url, 'POST', `/api/endpoints/${id}/disable`, { body: { reason: 'r'.repeat(1001) }, headers: bearer() });
+    expect(tooLongReason.status).toBe(400);
+    expect(tooLongReason.json.error).toMatchObject({ code: 'ERR_OPTIONS', parameter: 'reason' });
+    const longReason = await call(s.url, 'POST', `/api/endpoints/${id}/disable`, { body: { reason: 'r'.repeat(800) }, headers: bearer() });
+    expect(longReason.json.endpoint).toMatchObject({ state: 'disabled', disabledReason: 'r'.repeat(800) });
+    await call(s.url, 'POST', `/api/endpoints/${id}/enable`, { headers: bearer() });
+
     const rot = await call(s.url, 'POST', `/api/endpoints/${id}/rotate`, { headers: bearer() });
     expect(rot.json.secret).toMatch(/^whsec_/);
     expect(rot.json.secret).not.toBe(secret);
