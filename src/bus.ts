@@ -504,7 +504,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     instanceId,
 
     async migrate() {
-      const result = await explained(driver.migrate());
+      const result = await explained(driver.migrate({
+        onLockWait: ({ migration, holders, retryInMs }) => log.warn(
+          { schema, migration, held_by: holders, retry_in_ms: retryInMs },
+          "a migration waited for a lock on rea's tables that another transaction holds; it gave up so as not to hold the application's writes up behind it, and tries again",
+        ),
+      }));
       warnNewer(result.newer);
       return result;
     },
