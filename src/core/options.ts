@@ -268,7 +268,8 @@ function databaseValueProblem(kind: DatabaseKindName, value: unknown): string | 
     if (hasFunctions(value, ['query', 'exec', 'transaction'])) return undefined;
     return `${kindOf(value)}: pass a data directory, 'memory://' or a PGlite instance`;
   }
-  if (typeof value === 'object' && value !== null && typeof (value as { schema?: unknown }).schema === 'string') return undefined;
+  // Its schema is checked by createBus, by name.
+  if (typeof value === 'object' && value !== null && !Array.isArray(value)) return undefined;
   return `${kindOf(value)}: pass a Driver (an object with its schema, executors and migrate())`;
 }
 
