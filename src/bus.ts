@@ -263,6 +263,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   // every later stop() call waits for.
   let starting: Promise<void> | undefined;
   let stopping: Promise<void> | undefined;
+  /** The first stop() call's timeoutMs (10 s), or a later call's shorter one; and whether the worker's stop has begun. */
+  let stopTimeoutMs = 10_000;
+  let stopBegun = false;
   let unlisten: (() => Promise<void>) | undefined;
   // While this process's worker runs its handlers, it says so (handlers.seen_at), so the overview
   // can tell a handler no process runs any more from one whose workers are merely busy.
@@ -476,7 +479,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     leader.start();
   }
 
-  async function stopBus(stopOptions: { timeoutMs?: number }): Promise<void> {
+  async function stopBus(): Promise<void> {
     // A start() still on its way finishes first: stopped half way, what it went on to start (the
     // relay, the worker, the LISTEN connection) would run on a closed pool and keep the process
     // alive. A start that fails leaves nothing to stop but the pool.
@@ -487,7 +490,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     if (wasStarted) {
       // The handlers' deadline runs from here: the relay's stop may wait for a round that waits
       // for a connection, which running transactional handlers hold until they end or are aborted.
-      const timeoutMs = stopOptions.timeoutMs ?? 10_000;
+      const timeoutMs = stopTimeoutMs;
+      stopBegun = true;
       if (workerOptions.enabled !== false) worker.beginStop(timeoutMs);
       // A statement stuck on a lock (a relay round, a claim, a completion, the election: a table
       // locked by a migration or by hand, a server that stopped answering) must not hold the stop
@@ -517,7 +521,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     instanceId,
 
     async migrate() {
-      const result = await explained(driver.migrate());
+      const result = await explained(driver.migrate({
+        onLockWait: ({ migration, holders, retryInMs }) => log.warn(
+          { schema, migration, held_by: holders, retry_in_ms: retryInMs },
+          "a migration waited for a lock on rea's tables that another transaction holds; it gave up so as not to hold the application's writes up behind it, and tries again",
+        ),
+      }));
       warnNewer(result.newer);
       return result;
     },
@@ -622,7 +631,14 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_TIMER_MS)) {
         return Promise.reject(new OptionsError('stop.timeoutMs', `${describe(timeoutMs)} is not a whole number of milliseconds from 0 to ${MAX_TIMER_MS} (about 24.8 days)`));
       }
-      return (stopping ??= stopBus(stopOptions ?? {}));
+      // A later stop with less time (a second SIGTERM to rea run) aborts the running handlers
+      // sooner: they go back to the queue at once, rather than stay leased to a process killed.
+      if (!stopping) stopTimeoutMs = timeoutMs ?? 10_000;
+      else if (typeof timeoutMs === 'number' && timeoutMs < stopTimeoutMs) {
+        stopTimeoutMs = timeoutMs;
+        if (stopBegun && workerOptions.enabled !== false) worker.beginStop(timeoutMs);
+      }
+      return (stopping ??= stopBus());
     },
 
     async overview() {

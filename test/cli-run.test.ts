@@ -11,6 +11,7 @@ import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
 const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
 const unreachable = fileURLToPath(new URL('./fixtures/unreachable-bus.ts', import.meta.url));
 const serving = fileURLToPath(new URL('./fixtures/serving-bus.ts', import.meta.url));
+const slow = fileURLToPath(new URL('./fixtures/slow-handler-bus.ts', import.meta.url));
 
 function runCli(args: string[], env: NodeJS.ProcessEnv = {}) {
   const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
@@ -58,6 +59,30 @@ describe.skipIf(!postgresTarget.available)('rea run shutdown', () => {
       if (code !== 0) run.child.kill('SIGKILL');
       expect(code).toBe(0);
       expect(run.stderr()).toContain('SIGTERM: stopping');
+    } finally {
+      await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
+  it('a second SIGTERM while handlers run aborts them now: their jobs return to the queue, uncounted, and the process exits 0', async () => {
+    // The first signal's handler was process.once: a second SIGTERM (or Ctrl-C) took the default
+    // action and killed the process at once, leaving its jobs leased to it, here for an hour.
+    const schema = freshSchema();
+    try {
+      const run = runCli(['run', slow, '--migrate', '--stop-timeout', '600000'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: schema });
+      await run.waitFor(/rea: running/);
+      await postgresTarget.query(`insert into "${schema}".events (id, type, payload) values (gen_random_uuid(), 'x.happened', '{}')`);
+      await run.waitFor(/fixture: handler started/);
+      run.child.kill('SIGTERM');
+      await run.waitFor(/SIGTERM: stopping, waiting up to 600000 ms for running handlers/);
+      run.child.kill('SIGTERM');
+      const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after the second SIGTERM'))]);
+      if (code !== 0) run.child.kill('SIGKILL');
+      expect(code).toBe(0);
+      expect(run.stderr()).toContain('(SIGTERM again aborts them now)');
+      expect(run.stderr()).toContain('rea: SIGTERM again: aborting running handlers now (their jobs return to the queue)');
+      const jobs = await postgresTarget.query(`select state, attempt, errors->0->>'name' as error from "${schema}".jobs`);
+      expect(jobs).toEqual([{ state: 'retryable', attempt: 0, error: 'WorkerStoppingError' }]);
     } finally {
       await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
     }

@@ -3,10 +3,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents } from '../src/index.js';
+import { migrations } from '../src/drivers/postgres/migrations/index.js';
 import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
+import { captureLogger } from './helpers/log.js';
 
 const child = fileURLToPath(new URL('./fixtures/child-bus.ts', import.meta.url));
 const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
@@ -85,6 +88,56 @@ describe.skipIf(!postgresTarget.available)('multiple processes on postgres', () 
       expect(versions.length).toBeGreaterThanOrEqual(1);
     } finally {
       await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
+  it('an upgrade on a live database never holds the application\'s writes up behind a migration waiting for a lock', async () => {
+    // A schema an older rea made (migrations up to 6), with an event waiting; a business
+    // transaction that recorded an event and has not committed holds the events table. Migration 7
+    // alters that table: its ALTER queued for the lock, and every insert into events after it (each
+    // record(), each business commit) waited behind it, for as long as that transaction lasted.
+    const schema = freshSchema();
+    const s = `"${schema}"`;
+    const holder = new pg.Client({ connectionString: PG_URL, application_name: 'slow-business' });
+    const writer = new pg.Client({ connectionString: PG_URL });
+    await holder.connect();
+    await writer.connect();
+    const lines: Record<string, unknown>[] = [];
+    const bus = createBus({ database: { postgres: PG_URL, poolSize: 2 }, schema, events, logger: captureLogger(lines) });
+    try {
+      await postgresTarget.query(`create schema ${s}; create table ${s}.migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())`);
+      for (const m of migrations.filter((mig) => mig.version <= 6)) {
+        await postgresTarget.query(m.sql.replaceAll('{schema}', s));
+        await postgresTarget.query(`insert into ${s}.migrations (version, name) values ($1, $2)`, [m.version, m.name]);
+      }
+      const insert = `insert into ${s}.events (id, type, payload) values (gen_random_uuid(), 'order.created', '{"orderNo":"A1"}')`;
+      await writer.query(insert);
+      await holder.query('begin');
+      await holder.query(insert);
+      const migrated = bus.migrate();
+      await expect.poll(() => lines.some((l) => String(l.msg).startsWith('a migration waited for a lock')), { timeout: 10_000 }).toBe(true);
+      expect(lines.find((l) => String(l.msg).startsWith('a migration waited'))).toMatchObject({
+        level: 'warn', schema, migration: '7 (delivered_inline)', held_by: expect.stringMatching(/^pid \d+ \(application 'slow-business', idle in transaction, in a transaction for \d+ s\)$/),
+      });
+      // The application records on while the migration waits.
+      await writer.query(`set statement_timeout = 5000`);
+      for (let i = 0; i < 3; i++) await writer.query(insert);
+      await holder.query('commit');
+      expect((await migrated).applied).toEqual(migrations.filter((mig) => mig.version > 6).map((mig) => mig.version));
+
+      // A transaction that never ends: migrate() gives up, naming it, and changes nothing.
+      await postgresTarget.query(`delete from ${s}.migrations where version >= 7; alter table ${s}.events drop column delivered_inline; alter table ${s}.events_archive drop column delivered_inline; drop table ${s}.admin_sessions_ended`);
+      await holder.query('begin');
+      await holder.query(insert);
+      const err = await bus.driver.migrate({ lockWaitMs: 1500 }).then(() => null, (e: unknown) => e as Error & { code: string });
+      expect(err).toMatchObject({ code: 'ERR_MIGRATION', message: expect.stringMatching(new RegExp(`^migration 7 \\(delivered_inline\\) in schema ${schema} could not take its lock on rea's tables in \\d+ s \\(\\d+ tries of 1 s each, so the application's writes were never held up longer\\): held by pid \\d+ \\(application 'slow-business', idle in transaction`)) });
+      expect((await postgresTarget.query(`select max(version)::int as v from ${s}.migrations`))[0].v).toBe(6);
+      await holder.query('commit');
+    } finally {
+      await bus.stop();
+      await holder.end();
+      await writer.end();
+      await postgresTarget.query(`drop schema if exists ${s} cascade`);
     }
   });
 });

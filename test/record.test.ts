@@ -576,6 +576,29 @@ describe('registration', () => {
       expect(caught, JSON.stringify(database)).toBeInstanceOf(OptionsError);
       expect(caught).toMatchObject({ field: 'database', message: error.message });
     }
+    // The value of the kind went on unchecked: { postgres: process.env.DATABASE_URL } with the
+    // variable unset threw a TypeError from inside the driver ("Cannot read properties of
+    // undefined (reading 'options')"), and { pglite: undefined } made a bus whose start() did.
+    const pgModule = (await import('pg')).default;
+    const client = new pgModule.Client({ connectionString: shop });
+    const values: Array<[Record<string, unknown>, string, RegExp]> = [
+      [{ postgres: undefined }, 'database.postgres', /^invalid option database\.postgres: undefined: pass a postgres:\/\/ connection string \(when it comes from an environment variable, is that set\?\) or a pg\.Pool$/],
+      [{ postgres: '' }, 'database.postgres', /: an empty string: pass a postgres:\/\//],
+      [{ postgres: 5432 }, 'database.postgres', /: a number: pass/],
+      [{ postgres: client }, 'database.postgres', /: an object \(a pg\.Client is one connection: rea needs a pg\.Pool, or a URL\)/],
+      [{ pglite: undefined }, 'database.pglite', /: undefined: pass a data directory, 'memory:\/\/' or a PGlite instance$/],
+      [{ pglite: {} }, 'database.pglite', /: an object: pass a data directory/],
+      [{ driver: null }, 'database.driver', /: null: pass a Driver/],
+    ];
+    for (const [database, field, message] of values) {
+      let caught: unknown;
+      try { createBus({ database, events } as unknown as Parameters<typeof createBus>[0]); } catch (err) { caught = err; }
+      expect(caught, String(Object.keys(database))).toBeInstanceOf(OptionsError);
+      expect(caught).toMatchObject({ field, message: expect.stringMatching(message) });
+    }
+    const pool = new pgModule.Pool({ connectionString: shop });
+    expect(() => createBus({ database: { postgres: pool }, events })).not.toThrow();
+    await pool.end();
     // A margin of 0 passed, and every claimed job went straight back to the queue: none ever ran.
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 0 } })).toThrow(/invalid option createBus.worker.leaseMarginMs: .*100/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, worker: { leaseMarginMs: 100 } })).not.toThrow();

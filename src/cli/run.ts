@@ -27,13 +27,21 @@ export function runCommand(): Command {
       let stopping: string | undefined;
       const stopped = new Promise<void>((done) => {
         const stop = async (signal: string) => {
+          if (stopping !== undefined) {
+            // Handled, not left to the default action: a second Ctrl-C (or SIGTERM) killed the
+            // process at once, and its running jobs stayed leased to it until their timeouts
+            // (up to 24 h) ran out. Now it aborts them: they return to the queue at once.
+            console.error(`rea: ${signal} again: aborting running handlers now (their jobs return to the queue); SIGKILL ends the process at once`);
+            await bus.stop({ timeoutMs: 0 });
+            return;
+          }
           stopping = signal;
-          console.error(`rea: ${signal}: stopping, waiting up to ${flags.stopTimeout} ms for running handlers`);
+          console.error(`rea: ${signal}: stopping, waiting up to ${flags.stopTimeout} ms for running handlers (${signal} again aborts them now)`);
           await bus.stop({ timeoutMs: flags.stopTimeout });
           done();
         };
-        process.once('SIGINT', () => void stop('SIGINT'));
-        process.once('SIGTERM', () => void stop('SIGTERM'));
+        process.on('SIGINT', () => void stop('SIGINT'));
+        process.on('SIGTERM', () => void stop('SIGTERM'));
       });
       // A database that restarts while workers come up (a deploy, a failover) is not a reason to
       // exit: retry start-up for a while, as the running bus itself rides out lost connections.

@@ -230,15 +230,58 @@ const pollBounds = (defaults: { minPollMs: number; maxPollMs: number }) => (o: {
  */
 export const poolSizeSchema = positiveInt;
 
+/** What a value is, for a message; never a string's text (a connection string holds a password). */
+function kindOf(value: unknown): string {
+  if (value === undefined) return 'undefined';
+  if (value === null) return 'null';
+  if (typeof value === 'string') return 'an empty string';
+  return Array.isArray(value) ? 'an array' : typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
+const hasFunctions = (value: unknown, names: string[]): boolean =>
+  typeof value === 'object' && value !== null && names.every((n) => typeof (value as Record<string, unknown>)[n] === 'function');
+
+/**
+ * The value of a `database` kind. `{ postgres: process.env.DATABASE_URL }` with the variable unset
+ * (undefined), a pg.Client or a number went on to the driver, and createBus threw a TypeError
+ * ("Cannot read properties of undefined (reading 'options')"), or, for PGlite, start() did.
+ */
+function databaseValue(kind: DatabaseKindName): z.ZodType<unknown> {
+  return z.unknown().superRefine((value, ctx) => {
+    const problem = databaseValueProblem(kind, value);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
+}
+
+type DatabaseKindName = 'postgres' | 'pglite' | 'driver';
+
+function databaseValueProblem(kind: DatabaseKindName, value: unknown): string | undefined {
+  if (kind === 'postgres') {
+    if (typeof value === 'string' && value !== '') return undefined;
+    // pg.Pool: the driver reads its options (connection settings) for its LISTEN connection.
+    if (hasFunctions(value, ['connect', 'query', 'end', 'on']) && typeof (value as { options?: unknown }).options === 'object') return undefined;
+    const client = hasFunctions(value, ['connect', 'query', 'end']) ? ' (a pg.Client is one connection: rea needs a pg.Pool, or a URL)' : '';
+    return `${kindOf(value)}${client}: pass a postgres:// connection string (when it comes from an environment variable, is that set?) or a pg.Pool`;
+  }
+  if (kind === 'pglite') {
+    if (typeof value === 'string' && value !== '') return undefined;
+    if (hasFunctions(value, ['query', 'exec', 'transaction'])) return undefined;
+    return `${kindOf(value)}: pass a data directory, 'memory://' or a PGlite instance`;
+  }
+  // Its schema is checked by createBus, by name.
+  if (typeof value === 'object' && value !== null && !Array.isArray(value)) return undefined;
+  return `${kindOf(value)}: pass a Driver (an object with its schema, executors and migrate())`;
+}
+
 /**
  * `database` takes exactly one kind, each with its own keys. Strict as every other group is: a
  * misspelt key ({ postgres: url, poolsize: 5 }) was dropped without a word and its default used,
  * and { postgress: url } said only which shapes exist, not which key was wrong.
  */
 const databaseKinds = {
-  postgres: z.object({ postgres: z.unknown(), poolSize: poolSizeSchema.optional() }).strict(),
-  pglite: z.object({ pglite: z.unknown() }).strict(),
-  driver: z.object({ driver: z.unknown() }).strict(),
+  postgres: z.object({ postgres: databaseValue('postgres'), poolSize: poolSizeSchema.optional() }).strict(),
+  pglite: z.object({ pglite: databaseValue('pglite') }).strict(),
+  driver: z.object({ driver: databaseValue('driver') }).strict(),
 };
 export type DatabaseKind = keyof typeof databaseKinds;
 const DATABASE_SHAPES = 'pass { postgres: url, poolSize? }, { pglite: dir } or { driver }';

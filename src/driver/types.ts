@@ -331,7 +331,11 @@ export interface Driver {
   readonly operations: OperationsExecutor;
   /** Apply the numbered migrations this driver ships; safe when several processes migrate at once. */
   /** `newer`: migrations of a newer rea already applied (a breaking one makes it throw DatabaseError('too-new')). */
-  migrate(): Promise<{ applied: number[]; newer: number[] }>;
+  /**
+   * `onLockWait`: a migration's statement waited past its lock timeout for a table another
+   * transaction holds, and the migration is tried again in `retryInMs` (PostgreSQL).
+   */
+  migrate(options?: { onLockWait?: (info: { migration: string; holders: string; retryInMs: number }) => void; lockWaitMs?: number }): Promise<{ applied: number[]; newer: number[] }>;
   /**
    * Throw DatabaseError('not-migrated') unless every migration this driver ships is applied, or
    * DatabaseError('too-new') when a newer rea applied one marked breaking; `newer`: the others.

@@ -76,6 +76,8 @@ export class Worker {
   private bufferTimer: NodeJS.Timeout | undefined;
   /** Set by beginStop(): aborts the jobs still running when the stop's timeout has passed. */
   private stopDeadline: NodeJS.Timeout | undefined;
+  /** When stopDeadline fires (performance.now() time). */
+  private stopAbortAt = Number.POSITIVE_INFINITY;
   /**
    * Set by beginStop(): the claim loop has ended. Failures and releases written during a stop wait
    * for it: a claim sent before the stop (waiting for a connection) would otherwise find the jobs
@@ -213,10 +215,21 @@ export class Worker {
    * deadline back.
    */
   beginStop(timeoutMs: number): void {
-    if (this.stopDeadline) return;
+    const abortAt = performance.now() + timeoutMs;
+    if (this.stopDeadline) {
+      // A stop called again with less time (a second SIGTERM to rea run) brings the abort forward; never back.
+      if (abortAt < this.stopAbortAt) this.scheduleAbort(timeoutMs, abortAt);
+      return;
+    }
     this.stopping = true;
     this.accepting = false;
     this.claimsEnded = this.loop.stop();
+    this.scheduleAbort(timeoutMs, abortAt);
+  }
+
+  private scheduleAbort(timeoutMs: number, abortAt: number): void {
+    clearTimeout(this.stopDeadline);
+    this.stopAbortAt = abortAt;
     this.stopDeadline = setTimeout(() => {
       for (const a of this.active.values()) a.abort.abort(new WorkerStoppingError());
     }, timeoutMs);

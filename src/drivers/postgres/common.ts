@@ -47,6 +47,7 @@ function newerMigrations(rows: AppliedMigration[], schema: string, where: string
 export async function runMigrations(q: Queryable, exec: (sql: string) => Promise<unknown>, schema: string, where: string): Promise<{ applied: number[]; newer: number[] }> {
   const s = quoteSchema(schema);
   await q.query(m.lock, [schema]);
+  await q.query(m.lockTimeout(MIGRATION_LOCK_TIMEOUT_MS));
   await q.query(m.createSchema(s));
   await q.query(m.createTable(s));
   const { rows } = await q.query<AppliedMigration>(m.applied(s));
@@ -58,12 +59,76 @@ export async function runMigrations(q: Queryable, exec: (sql: string) => Promise
     try {
       await exec(migration.sql.replaceAll('{schema}', s));
     } catch (err) {
-      throw new ReaError('ERR_MIGRATION', `migration ${migration.version} (${migration.name}) failed in schema ${schema}: ${(err as Error).message}`, { cause: err });
+      const failed = new ReaError('ERR_MIGRATION', `migration ${migration.version} (${migration.name}) failed in schema ${schema}: ${(err as Error).message}`, { cause: err });
+      failedMigration.set(failed, `${migration.version} (${migration.name})`);
+      throw failed;
     }
     await q.query(m.insert(s), [migration.version, migration.name]);
     applied.push(migration.version);
   }
   return { applied, newer };
+}
+
+/**
+ * How long one statement of a migration waits for a lock on a table. An ALTER TABLE queued behind
+ * a transaction that holds the table (a business transaction that recorded an event and has not
+ * committed, one left idle in transaction) makes every later insert into it wait too: `rea migrate`
+ * on a live database held every record() of the application up for as long as that transaction
+ * lasted. The attempt gives up instead, and is tried again.
+ */
+export const MIGRATION_LOCK_TIMEOUT_MS = 1_000;
+/** How long migrate() keeps trying when its migrations' locks are held, before it fails naming the holders. */
+export const MIGRATION_LOCK_WAIT_MS = 60_000;
+
+export interface MigrateOptions {
+  /** Called before each new try after a lock wait timed out; `holders` describes who held the lock. */
+  onLockWait?: (info: { migration: string; holders: string; retryInMs: number }) => void;
+  /** How long to keep trying (default MIGRATION_LOCK_WAIT_MS). */
+  lockWaitMs?: number;
+}
+
+/** The migration a lock wait timed out in (`version (name)`), or undefined for any other error. */
+function lockTimedOut(err: unknown): string | undefined {
+  const cause = (err as { cause?: unknown } | null)?.cause;
+  if (!(err instanceof ReaError) || err.code !== 'ERR_MIGRATION' || (cause as { code?: unknown } | null)?.code !== '55P03') return undefined;
+  return failedMigration.get(err);
+}
+
+/** The migration (`version (name)`) each ERR_MIGRATION thrown by runMigrations was applying. */
+const failedMigration = new WeakMap<Error, string>();
+
+/**
+ * Run `attempt` (one migrating transaction) until it is not stopped by a lock wait, for at most
+ * `lockWaitMs`; then throw ERR_MIGRATION naming the transactions that held the locks. Between
+ * attempts the lock queue is empty, so the application's writes go on.
+ */
+export async function migrateRetryingLocks<R>(
+  attempt: () => Promise<R>,
+  holders: () => Promise<Array<{ pid: number; application_name: string; state: string; xact_seconds: number }>>,
+  schema: string,
+  options: MigrateOptions = {},
+): Promise<R> {
+  const waitMs = options.lockWaitMs ?? MIGRATION_LOCK_WAIT_MS;
+  const started = Date.now();
+  let delay = 250;
+  for (let tries = 1; ; tries++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      const migration = lockTimedOut(err);
+      if (migration === undefined) throw err;
+      const held = await holders().then(
+        (rows) => rows.map((r) => `pid ${r.pid} (application '${r.application_name}', ${r.state}, in a transaction for ${r.xact_seconds} s)`).join(', ') || 'a transaction that has ended since',
+        () => 'a transaction rea could not look up',
+      );
+      if (Date.now() - started + delay > waitMs) {
+        throw new ReaError('ERR_MIGRATION', `migration ${migration} in schema ${schema} could not take its lock on rea's tables in ${Math.round((Date.now() - started) / 1000)} s (${tries} tries of ${MIGRATION_LOCK_TIMEOUT_MS / 1000} s each, so the application's writes were never held up longer): held by ${held}. Let that transaction end (or end it: select pg_terminate_backend(pid)), then migrate again`, { cause: err });
+      }
+      options.onLockWait?.({ migration, holders: held, retryInMs: delay });
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(5_000, delay * 2);
+    }
+  }
 }
 
 /**

@@ -4,13 +4,13 @@ import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { checkConnectionString, checkMigrated, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, checkMigrated, migrateRetryingLocks, type MigrateOptions, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { eventChunks, PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
 import { PostgresOperationsExecutor } from './executor-operations.js';
 import { preparedQueryable, statementSet } from './prepared.js';
-import { postgresStatements, wakeupNotify } from './sql.js';
+import { migrationStatements, postgresStatements, wakeupNotify } from './sql.js';
 
 export interface PostgresDriverOptions {
   /** A connection string, or a pg.Pool the application already owns (rea will not end it). */
@@ -103,8 +103,13 @@ export class PostgresDriver implements Driver {
     this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s, (fn) => this.transaction(fn));
   }
 
-  migrate(): Promise<{ applied: number[]; newer: number[] }> {
-    return this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema, this.where));
+  migrate(options?: MigrateOptions): Promise<{ applied: number[]; newer: number[] }> {
+    return migrateRetryingLocks(
+      () => this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema, this.where)),
+      async () => (await this.pool.query(migrationStatements.lockHolders, [this.schema])).rows,
+      this.schema,
+      options,
+    );
   }
 
   checkMigrated(): Promise<{ newer: number[] }> {

@@ -703,4 +703,21 @@ create table if not exists ${s}.migrations (
 select version, coalesce((to_jsonb(t) ->> 'breaking')::boolean, false) as breaking
 from ${s}.migrations t order by version`,
   insert: (s: string) => /* sql */ `insert into ${s}.migrations (version, name) values ($1, $2)`,
+  // Taken once the advisory lock is held (lock_timeout bounds that wait too, and a migrator queued
+  // behind another's long migration must not give up): a migration's ALTER waits in the lock queue,
+  // and every insert into that table (each record(), each business commit) waits behind it.
+  lockTimeout: (ms: number) => /* sql */ `set local lock_timeout = ${Math.trunc(ms)}`,
+  // The oldest transactions holding a lock on a table of the schema: what a migration waited for.
+  // No query text: it may hold an application's data.
+  lockHolders: /* sql */ `
+select a.pid, coalesce(nullif(a.application_name, ''), '?') as application_name, coalesce(a.state, '?') as state,
+       floor(extract(epoch from now() - a.xact_start))::int as xact_seconds
+from pg_locks l
+join pg_class c on c.oid = l.relation
+join pg_namespace n on n.oid = c.relnamespace
+join pg_stat_activity a on a.pid = l.pid
+where n.nspname = $1 and l.granted and l.pid <> pg_backend_pid() and a.xact_start is not null
+group by a.pid, a.application_name, a.state, a.xact_start
+order by a.xact_start
+limit 3`,
 };
