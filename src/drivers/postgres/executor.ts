@@ -281,13 +281,12 @@ function eventSpan(r: Row): EventSpan | null {
 /** One row of a fan-out statement (every variant returns the same columns) as a FanOutResult. */
 function fanOutResult(row: Row, inline: boolean): FanOutResult {
   const events = new Map<string, { event: ClaimedJob['event']; span: EventSpan | null }>();
-  for (const e of (row.handed_events ?? []) as Row[]) {
-    events.set(e.id, {
-      event: {
-        id: e.id, type: e.type, subject: e.subject ?? null, payload: e.payload,
-        traceId: e.trace_id ?? null, createdBy: e.created_by ?? null, version: e.version, createdAt: new Date(e.created_at),
-      },
-      span: eventSpan(e),
+  // As postgresStatements' handedEvent builds them.
+  type HandedEvent = [string, string, string | null, unknown, string | null, string | null, number, number, string | null, number | null];
+  for (const [id, type, subject, payload, traceId, createdBy, version, createdAtMs, spanId, traceFlags] of (row.handed_events ?? []) as HandedEvent[]) {
+    events.set(id, {
+      event: { id, type, subject, payload, traceId, createdBy, version, createdAt: new Date(createdAtMs) },
+      span: spanId === null || traceFlags === null ? null : { spanId, traceFlags },
     });
   }
   const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => {

@@ -229,6 +229,11 @@ order by c.priority, c.scheduled_at, c.id`;
 }
 
 export function postgresStatements(s: string) {
+  // A handed-off or inline job's event, as the executor reads it (fanOutResult): an array, not an
+  // object, and created_at as epoch milliseconds. A round sends 200 of them, and with the keys
+  // of an object and a timestamp to parse they cost the worker ~1 µs more an event.
+  const handedEvent = /* sql */ `json_build_array(c.id::text, c.type, c.subject, c.payload, c.trace_id, c.created_by, c.version,
+           (extract(epoch from c.created_at) * 1000)::float8, c.span_id, c.trace_flags)`;
   // With handOff, $6-$10 describe the worker that takes jobs in memory (see offered below);
   // without, the statement has no hand-off part at all, so a round that offers none pays nothing.
   // A queued job's lease_ms is only the fanning side's view (the handlers row, written by whichever
@@ -359,10 +364,7 @@ select (select string_agg(id::text, ',' order by id) from fanned) as event_ids,$
            'id', i.id::text, 'target', i.target, 'attempt', i.attempt, 'max_attempts', i.max_attempts,
            'coalesced', i.coalesced, 'event_id', i.event_id::text) order by i.id), '[]'::json)
         from inserted i where i.state = 'running') as handed_off,
-       (select coalesce(json_agg(json_build_object(
-           'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
-           'span_id', c.span_id, 'trace_flags', c.trace_flags,
-           'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
+       (select coalesce(json_agg(${handedEvent}), '[]'::json)
         from claimed c${inline ? ', inline_names n' : ''}
         -- Inline events by a key lookup in inline_names: \`= any\` of their ids would compare every
         -- claimed event with every inline job, 200 × 200 a round.
@@ -426,10 +428,7 @@ select (select lean from verdict) as lean,
        (select set_config('idle_in_transaction_session_timeout', $8::text, true)) as idle_limit,
        0 as jobs,
        '[]'::json as handed_off,
-       (select coalesce(json_agg(json_build_object(
-           'id', c.id::text, 'type', c.type, 'subject', c.subject, 'payload', c.payload, 'trace_id', c.trace_id,
-           'span_id', c.span_id, 'trace_flags', c.trace_flags,
-           'created_by', c.created_by, 'version', c.version, 'created_at', c.created_at)), '[]'::json)
+       (select coalesce(json_agg(${handedEvent}), '[]'::json)
         from claimed c
         where (select lean from verdict) and c.type in (select type from names)) as handed_events`;
 
