@@ -10,7 +10,7 @@ import { defaultHandlerBackoff } from './core/backoff.js';
 import { databaseClock, type Clock } from './core/clock.js';
 import { BusStateError, DatabaseError, DuplicateHandlerError, HandlerInUseError, InvalidFilterError, OptionsError, PayloadNotJsonError, PayloadTooLargeError, UnknownEventTypeError } from './core/errors.js';
 import {
-  patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes, type UnmatchedPattern,
+  patternMatches, validatePayload, type EventCatalog, type EventSchemas, type EventType, type MatchingTypes, type HandlerName,
   type PayloadInput, type ReaEvent,
 } from './core/events.js';
 import { errorMessage } from './core/errors-format.js';
@@ -141,10 +141,12 @@ export interface Bus<S extends EventSchemas> {
   /**
    * `patterns`: event types or patterns ('order.*', '*.paid', '*'). One that matches no type of the
    * catalog does not compile: the name is then typed `no event type matches '<pattern>'`, which says which.
+   * A generic wrapper compiles too (`<T extends 'order.created' | 'order.paid'>(type: T) => bus.on(type, …)`):
+   * its patterns are checked by T's constraint, and its handler's event is typed by that constraint.
    */
   on<P extends string>(
     patterns: P | readonly P[],
-    name: [UnmatchedPattern<S, P>] extends [never] ? string : `no event type matches '${UnmatchedPattern<S, P>}'`,
+    name: HandlerName<S, P>,
     fn: Handler<S, P>,
     options?: HandlerOptions,
   ): void;

@@ -2,7 +2,7 @@
 export { createBus } from './bus.js';
 export type { Bus, BusOptions, DatabaseOptions, Overview, RecordItem, RecordOptions } from './bus.js';
 export { defineEvents } from './core/events.js';
-export type { EventCatalog, EventSchemas, EventType, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent, UnmatchedPattern } from './core/events.js';
+export type { EventCatalog, EventSchemas, EventType, HandlerName, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent, UnmatchedPattern } from './core/events.js';
 export {
   BusStateError, DatabaseError, DataDirLockedError, DuplicateHandlerError, HandlerInUseError, InvalidFilterError, ModuleLoadError, NotFoundError, OptionsError, PayloadNotJsonError, PayloadTooLargeError,
   PayloadValidationError, PermanentError, ReaError, RetryAfterError, TransactionError, UnknownEventTypeError, UnsupportedTransactionError,

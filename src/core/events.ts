@@ -40,7 +40,7 @@ export type PayloadOutput<S extends EventSchemas, T extends EventType<S>> = Stan
  * trailing '*' used to be read: a handler on '*.paid' ran on every '….paid' event, but was typed
  * as receiving none (its event was `never`).
  */
-export type MatchingTypes<S extends EventSchemas, P extends string> = Extract<EventType<S>, PatternShape<P>>;
+export type MatchingTypes<S extends EventSchemas, P extends string> = P extends EventType<S> ? P : Extract<EventType<S>, PatternShape<P>>;
 
 /**
  * The patterns of P that match none of the catalog's types (a typo, 'order.crated'), or `never`.
@@ -50,6 +50,28 @@ export type MatchingTypes<S extends EventSchemas, P extends string> = Extract<Ev
  * passes (checked at run time only).
  */
 export type UnmatchedPattern<S extends EventSchemas, P extends string> = P extends string ? ([MatchingTypes<S, P>] extends [never] ? P : never) : never;
+
+/**
+ * What bus.on() takes as its name for patterns P. For literal patterns: any string, or, while one
+ * of them matches no type, only `no event type matches '…'` (the union's second member is then
+ * `never`). For a type parameter P (a generic wrapper around bus.on), the conditional types above
+ * cannot be resolved and neither member would take a string, but the compiler checks a string
+ * against NameSlot[PatternVerdict<S, P>] with P's constraint in its place: any string when every
+ * type of the constraint is matched.
+ */
+export type HandlerName<S extends EventSchemas, P extends string> =
+  | `no event type matches '${UnmatchedPattern<S, P>}'`
+  | NameSlot[PatternVerdict<S, P>];
+
+/**
+ * 'ok' for a pattern that matches a type, `string` for one that does not (so a list with a typo is
+ * `string`, a key of NameSlot's `never` only). The emptiness test is a separate alias: written in
+ * place (`[…] extends [never] ? …`), the constraint the compiler computes for a type parameter
+ * keeps both branches.
+ */
+type PatternVerdict<S extends EventSchemas, P extends string> = P extends string ? (IsNever<MatchingTypes<S, P>> extends true ? string : 'ok') : never;
+type IsNever<X> = [X] extends [never] ? true : false;
+type NameSlot = { ok: string } & { [verdict: string]: never };
 
 /** A pattern as a template literal type: each '*' becomes `${string}` (which, like '*', matches ''). */
 type PatternShape<P extends string> = P extends `${infer Head}*${infer Tail}` ? `${Head}${string}${PatternShape<Tail>}` : P;
