@@ -94,7 +94,7 @@ describe('createAdminHandler options', () => {
 
 describe('checkHealth: the lease figures mean what their names say', () => {
   const at = (readAt: number, expiresAt: number) =>
-    ({ driver: { admin: { ping: async () => {}, leaderGet: async () => ({ readAt: new Date(readAt), expiresAt: new Date(expiresAt) }) } } }) as unknown as AdminBus;
+    ({ driver: { admin: { healthRead: async () => ({ lease: { readAt: new Date(readAt), expiresAt: new Date(expiresAt) } }) } } }) as unknown as AdminBus;
   it('valid: no "expired ago", valid for the rest; expired: how long ago, not valid; past the grace: stale', async () => {
     expect(await checkHealth(at(1_000, 31_000), 30_000)).toEqual({ status: 'ok', database: 'up', leader: 'seen', leaderExpiredAgoMs: null, leaderValidForMs: 30_000 });
     expect(await checkHealth(at(11_000, 1_000), 30_000)).toEqual({ status: 'ok', database: 'up', leader: 'seen', leaderExpiredAgoMs: 10_000, leaderValidForMs: null });

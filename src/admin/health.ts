@@ -14,29 +14,22 @@ export interface Health {
 }
 
 export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 2000): Promise<Health> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error('health check timed out')), timeoutMs);
-  });
+  let lease;
   try {
-    try {
-      await Promise.race([bus.driver.admin.ping(), timeout]);
-    } catch {
-      // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
-      return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
-    }
-    // The database answers but the lease cannot be read: not migrated, or no permission.
-    const lease = await Promise.race([bus.driver.admin.leaderGet(), timeout]).catch(() => undefined);
-    if (lease === undefined) return { status: 'unavailable', database: 'up', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
-    if (!lease) return { status: 'unavailable', database: 'up', leader: 'none', leaderExpiredAgoMs: null, leaderValidForMs: null };
-    // Both times are the database's (readAt is its now()), so the two clocks never disagree.
-    const ago = lease.readAt.getTime() - lease.expiresAt.getTime();
-    const seen = ago <= graceMs;
-    return {
-      status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale',
-      leaderExpiredAgoMs: ago > 0 ? ago : null, leaderValidForMs: ago > 0 ? null : -ago,
-    };
-  } finally {
-    clearTimeout(timer);
+    // Never on a pool connection, and at most one in flight: see the driver's healthRead.
+    ({ lease } = await bus.driver.admin.healthRead({ timeoutMs }));
+  } catch {
+    // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
+    return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
   }
+  // The database answers but the lease cannot be read: not migrated, or no permission.
+  if (lease === undefined) return { status: 'unavailable', database: 'up', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
+  if (!lease) return { status: 'unavailable', database: 'up', leader: 'none', leaderExpiredAgoMs: null, leaderValidForMs: null };
+  // Both times are the database's (readAt is its now()), so the two clocks never disagree.
+  const ago = lease.readAt.getTime() - lease.expiresAt.getTime();
+  const seen = ago <= graceMs;
+  return {
+    status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale',
+    leaderExpiredAgoMs: ago > 0 ? ago : null, leaderValidForMs: ago > 0 ? null : -ago,
+  };
 }

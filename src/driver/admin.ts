@@ -84,6 +84,12 @@ export interface HandlerForgetResult {
   seenAt: Date | null;
 }
 
+/** What /healthz reads. */
+export interface HealthRead {
+  /** null: no lease row; undefined: the database answered but the lease could not be read (not migrated, no permission, no answer in time). */
+  lease: LeaderLease | null | undefined;
+}
+
 export interface AdminExecutor {
   eventList(params: EventListParams): Promise<EventSummary[]>;
   jobList(params: JobListParams): Promise<JobSummary[]>;
@@ -104,6 +110,12 @@ export interface AdminExecutor {
   leaderGet(): Promise<LeaderLease | null>;
   /** One trivial round trip: the database answers. */
   ping(): Promise<void>;
+  /**
+   * For /healthz: a round trip, then the leader lease, within `timeoutMs`, and never on a
+   * connection rea's own work or the application's transactions need. Rejects when the database
+   * does not answer in time. Checks asked for while one is pending share its answer.
+   */
+  healthRead(params: { timeoutMs: number }): Promise<HealthRead>;
   /**
    * An admin panel session was logged out: refuse it until `expiresAt` (when it would have ended
    * anyway). `id` is a hash of the session, never the cookie. Also forgets sessions already expired.

@@ -1,6 +1,8 @@
-// Fault injection in the real database, for tests that need an event the relay cannot fan out.
+// Fault injection in the real database (for tests that need an event the relay cannot fan out, or a
+// lock held) and in front of it (a proxy that stops forwarding).
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import pg from 'pg';
-import { expect } from 'vitest';
+import { expect, onTestFinished } from 'vitest';
 import { PG_URL, type Target } from './db.js';
 
 /**
@@ -54,4 +56,77 @@ export async function holdJobsLockWhile<T>(
     await locker.query('rollback').catch(() => {});
     await locker.end();
   }
+}
+
+export interface StallingProxy {
+  /** PG_URL, through the proxy. */
+  url: string;
+  /** Stop forwarding either way: the server, as its clients see it, stops answering. */
+  stall(): void;
+  /** Forward again, what was held first: a network stall that ends, a paused server that goes on. */
+  resume(): void;
+  /**
+   * The connections the stall held stay silent for ever (neither data nor a close), new ones go
+   * through: a failover, or a NAT entry dropped mid-stall, with TCP not yet given up.
+   */
+  recoverForNewConnectionsOnly(): void;
+}
+
+/** A TCP proxy in front of PostgreSQL that can stop forwarding; closed when the test ends. */
+export async function stallingProxy(): Promise<StallingProxy> {
+  const upstream = new URL(PG_URL);
+  let stalled = false;
+  /** What the connections caught by the stall send, waiting to go on. */
+  const held: { to: Socket; data: Buffer }[] = [];
+  const caught = new Set<Socket>();
+  const dead = new Set<Socket>();
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const server = connect(Number(upstream.port || 5432), upstream.hostname);
+    const pair = [client, server];
+    for (const s of pair) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.on('close', () => {
+        for (const t of pair) t.destroy();
+        sockets.delete(s);
+      });
+    }
+    const forward = (from: Socket, to: Socket) => from.on('data', (data: Buffer) => {
+      if (dead.has(from)) return;
+      if (stalled) {
+        caught.add(from);
+        held.push({ to, data });
+      } else to.write(data);
+    });
+    forward(client, server);
+    forward(server, client);
+    if (stalled) for (const s of pair) caught.add(s);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(PG_URL);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as AddressInfo).port);
+  onTestFinished(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return {
+    url: url.toString(),
+    stall: () => {
+      stalled = true;
+      for (const s of sockets) caught.add(s);
+    },
+    resume: () => {
+      stalled = false;
+      for (const { to, data } of held.splice(0)) to.write(data);
+      caught.clear();
+    },
+    recoverForNewConnectionsOnly: () => {
+      stalled = false;
+      for (const s of caught) dead.add(s);
+      caught.clear();
+      held.splice(0);
+    },
+  };
 }

@@ -60,6 +60,8 @@ export class PostgresDriver implements Driver {
   private notifying = false;
   /** The wake-up connection while no LISTEN connection is open (a process that only records). */
   private notifier: Promise<pg.Client> | undefined;
+  /** The /healthz connection (healthRun), while it answers. */
+  private health: { client: pg.Client; opened: Promise<pg.Client> } | undefined;
   private closed = false;
   /** The server, without its password, for error messages. */
   private readonly where: string;
@@ -98,7 +100,7 @@ export class PostgresDriver implements Driver {
     this.pool.on('connect', (client) => client.on('error', () => {}));
     this.hot = statementSet(this.sql);
     this.executor = new PostgresExecutor(preparedQueryable(this.pool, this.hot), this.sql);
-    this.admin = new PostgresAdminExecutor(this.pool, s);
+    this.admin = new PostgresAdminExecutor(this.pool, s, (fn, timeoutMs) => this.healthRun(fn, timeoutMs));
     this.webhooks = new PostgresWebhookExecutor(this.pool, s);
     this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s, (fn) => this.transaction(fn));
   }
@@ -351,6 +353,51 @@ export class PostgresDriver implements Driver {
     n?.then((c) => c.end()).catch(() => {});
   }
 
+  /**
+   * Runs a /healthz read on a connection of its own, outside the pool, within `timeoutMs`. On the
+   * pool, each probe's ping held a connection for as long as the server did not answer, and the
+   * probes that followed queued for more: during a stall, probes every few seconds took the whole
+   * pool, and a connection the stall had killed without a word (a failover, a NAT entry dropped)
+   * stayed checked out until TCP gave up, ~15 min later, while the relay, the workers and the
+   * application's bus.transaction waited. A liveness probe must not take the capacity it checks,
+   * nor fail because the pool is busy with real work. So: one connection, opened by the first
+   * check and kept while checks get answers (no new connection per probe), and dropped, not
+   * waited for, when one does not, so that the next probe asks afresh.
+   */
+  private async healthRun<T>(fn: (q: Queryable) => Promise<T>, timeoutMs: number): Promise<T> {
+    if (this.closed) throw new Error('the driver is closed');
+    const health = this.health ?? this.connectHealth();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([health.opened.then((c) => fn(c as unknown as Queryable)), timeout]);
+    } catch (err) {
+      this.dropHealth(health);
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private connectHealth(): NonNullable<PostgresDriver['health']> {
+    const client = this.ownClient('rea-health');
+    const health = { client, opened: client.connect().then(() => client) };
+    this.health = health;
+    client.on('error', () => this.dropHealth(health)); // the next check reconnects; its caller hears "down"
+    health.opened.catch(() => this.dropHealth(health));
+    return health;
+  }
+
+  private dropHealth(health: NonNullable<PostgresDriver['health']>): void {
+    if (this.health === health) this.health = undefined;
+    // end() alone sends Terminate and waits for the server's side to close, which a connection
+    // that has gone quiet may never do: destroy the socket too (still connecting, or not).
+    health.client.end().catch(() => {});
+    (health.client as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
+  }
+
   /** A connection outside the pool, with the pool's settings. */
   private ownClient(applicationName: string): pg.Client {
     return this.connectionString
@@ -361,6 +408,7 @@ export class PostgresDriver implements Driver {
   async close(): Promise<void> {
     this.closed = true;
     this.closeNotifier();
+    if (this.health) this.dropHealth(this.health);
     await Promise.all(this.listeners.map((l) => l.close()));
     this.listeners = [];
     if (!this.ownsPool) return;

@@ -1,6 +1,6 @@
 // The AdminExecutor for PostgreSQL dialects (pg and PGlite share it): runs the admin statements
 // and maps rows to rea's own types.
-import type { AdminExecutor, EventListParams, EventState, EventSummary, HandlerForgetResult, HandlerSummary, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
+import type { AdminExecutor, EventListParams, EventState, EventSummary, HandlerForgetResult, HandlerSummary, HealthRead, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
 import type { Queryable } from '../../driver/types.js';
 import { inBatches } from './batches.js';
 import { mapJob } from './executor.js';
@@ -9,10 +9,15 @@ import { postgresAdminStatements, type PostgresAdminStatements } from './sql-adm
 
 type Row = Record<string, any>;
 
+/** Runs `fn` for /healthz and settles within `timeoutMs` (rejecting past it), holding nothing afterwards. */
+export type HealthRunner = <T>(fn: (q: Queryable) => Promise<T>, timeoutMs: number) => Promise<T>;
+
 export class PostgresAdminExecutor implements AdminExecutor {
   private readonly sql: PostgresAdminStatements;
+  private healthPending: Promise<HealthRead> | undefined;
 
-  constructor(private readonly pool: Queryable, quotedSchema: string) {
+  /** Without `healthRunner` (PGlite: one in-process database, no pool) the health read runs on `pool`. */
+  constructor(private readonly pool: Queryable, quotedSchema: string, private readonly healthRunner: HealthRunner = raceOn(pool)) {
     this.sql = postgresAdminStatements(quotedSchema);
   }
 
@@ -71,12 +76,38 @@ export class PostgresAdminExecutor implements AdminExecutor {
 
   async leaderGet(): Promise<LeaderLease | null> {
     const { rows } = await this.pool.query<Row>(this.sql.leaderGet);
-    const r = rows[0];
-    return r ? { leaderId: r.leader_id, electedAt: r.elected_at, expiresAt: r.expires_at, readAt: r.read_at } : null;
+    return leaseFrom(rows[0]);
   }
 
   async ping(): Promise<void> {
     await this.pool.query(this.sql.ping);
+  }
+
+  healthRead(p: { timeoutMs: number }): Promise<HealthRead> {
+    // One at a time: probes that arrive while a check is pending share its answer, rather than
+    // each asking a database that is not answering.
+    this.healthPending ??= this.healthReadOnce(p.timeoutMs).finally(() => {
+      this.healthPending = undefined;
+    });
+    return this.healthPending;
+  }
+
+  private async healthReadOnce(timeoutMs: number): Promise<HealthRead> {
+    let answered = false;
+    try {
+      return await this.healthRunner(async (q) => {
+        await q.query(this.sql.ping);
+        answered = true;
+        try {
+          return { lease: leaseFrom((await q.query<Row>(this.sql.leaderGet)).rows[0]) };
+        } catch {
+          return { lease: undefined };
+        }
+      }, timeoutMs);
+    } catch (err) {
+      if (answered) return { lease: undefined }; // the lease read ran out of time
+      throw err;
+    }
   }
 
   async adminSessionEnd(p: { id: string; expiresAt: Date }): Promise<void> {
@@ -92,4 +123,22 @@ export class PostgresAdminExecutor implements AdminExecutor {
 function eventState(r: Row): EventState {
   if (r.poisoned_at) return 'poisoned';
   return r.fanned_out_at ? 'fanned' : 'unfanned';
+}
+
+function leaseFrom(r: Row | undefined): LeaderLease | null {
+  return r ? { leaderId: r.leader_id, electedAt: r.elected_at, expiresAt: r.expires_at, readAt: r.read_at } : null;
+}
+
+function raceOn(q: Queryable): HealthRunner {
+  return async (fn, timeoutMs) => {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([fn(q), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
 }
