@@ -100,6 +100,13 @@ describe('checkHealth: the lease figures mean what their names say', () => {
     expect(await checkHealth(at(11_000, 1_000), 30_000)).toEqual({ status: 'ok', database: 'up', leader: 'seen', leaderExpiredAgoMs: 10_000, leaderValidForMs: null });
     expect(await checkHealth(at(41_000, 1_000), 30_000)).toEqual({ status: 'unavailable', database: 'up', leader: 'stale', leaderExpiredAgoMs: 40_000, leaderValidForMs: null });
   });
+
+  it('a Driver of its own without healthRead (written before it) still gets a health check: ping, then the lease', async () => {
+    const own = (ping: () => Promise<void>) =>
+      ({ driver: { admin: { ping, leaderGet: async () => ({ readAt: new Date(1_000), expiresAt: new Date(31_000) }) } } }) as unknown as AdminBus;
+    expect(await checkHealth(own(async () => {}), 30_000)).toMatchObject({ status: 'ok', database: 'up', leader: 'seen' });
+    expect(await checkHealth(own(() => new Promise(() => {})), 30_000, 50)).toMatchObject({ status: 'unavailable', database: 'down' });
+  });
 });
 
 describe('admin API when the database cannot be used', () => {

@@ -1,5 +1,6 @@
 // GET /healthz: the database answers and some instance has held the leader lease recently (the
 // leader runs maintenance: rescue, retention, endpoint health). 200 when both hold, else 503.
+import type { AdminExecutor, HealthRead } from '../driver/admin.js';
 import type { AdminBus } from './route.js';
 
 export interface Health {
@@ -17,7 +18,8 @@ export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 20
   let lease;
   try {
     // Never on a pool connection, and at most one in flight: see the driver's healthRead.
-    ({ lease } = await bus.driver.admin.healthRead({ timeoutMs }));
+    const admin = bus.driver.admin;
+    ({ lease } = await (admin.healthRead ? admin.healthRead({ timeoutMs }) : raceHealthRead(admin, timeoutMs)));
   } catch {
     // The reason stays in the server's log; the endpoint is unauthenticated and says only "down".
     return { status: 'unavailable', database: 'down', leader: 'unknown', leaderExpiredAgoMs: null, leaderValidForMs: null };
@@ -32,4 +34,18 @@ export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 20
     status: seen ? 'ok' : 'unavailable', database: 'up', leader: seen ? 'seen' : 'stale',
     leaderExpiredAgoMs: ago > 0 ? ago : null, leaderValidForMs: ago > 0 ? null : -ago,
   };
+}
+
+/** A Driver without healthRead: ping, then the lease, on its own connections, within timeoutMs. */
+async function raceHealthRead(admin: AdminExecutor, timeoutMs: number): Promise<HealthRead> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('health check timed out')), timeoutMs);
+  });
+  try {
+    await Promise.race([admin.ping(), timeout]);
+    return { lease: await Promise.race([admin.leaderGet(), timeout]).catch(() => undefined) };
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -113,9 +113,11 @@ export interface AdminExecutor {
   /**
    * For /healthz: a round trip, then the leader lease, within `timeoutMs`, and never on a
    * connection rea's own work or the application's transactions need. Rejects when the database
-   * does not answer in time. Checks asked for while one is pending share its answer.
+   * does not answer in time. Checks asked for while one is pending share its answer. Optional, so
+   * a Driver written before it still works: without it /healthz races ping() and leaderGet()
+   * against the timeout on the driver's own connections.
    */
-  healthRead(params: { timeoutMs: number }): Promise<HealthRead>;
+  healthRead?(params: { timeoutMs: number }): Promise<HealthRead>;
   /**
    * An admin panel session was logged out: refuse it until `expiresAt` (when it would have ended
    * anyway). `id` is a hash of the session, never the cookie. Also forgets sessions already expired.
