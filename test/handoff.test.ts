@@ -94,6 +94,31 @@ describeTargets('hand-off on $name', (target) => {
     }
   });
 
+  test('with room for fewer than the round\'s jobs, the higher-priority handler\'s are handed off first', async () => {
+    // The room in all went by event, then handler name: 'a-low' (priority 10) took the one slot
+    // and ran before 'b-high' (priority -10), which waited in the queue.
+    const schema = freshSchema();
+    const driver = driverFor(target, schema);
+    const bus = createBus({ database: { driver }, schema, events, relay: { enabled: false }, worker: { enabled: false } });
+    bus.on('order.created', 'a-low', () => {}, { priority: 10 });
+    bus.on('order.created', 'b-high', () => {}, { priority: -10 });
+    await bus.migrate();
+    await bus.start();
+    onTestFinished(async () => {
+      await bus.stop();
+      await target.query(`drop schema if exists "${schema}" cascade`);
+    });
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { n: 1 }));
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { n: 2 }));
+    const room = (target: string) => ({ target, limit: 2, leaseMs: 30_000 });
+    await driver.executor.eventFanOut(driver, { limit: 10, now: null, handOff: { workerId: 'worker-w', targets: [room('a-low'), room('b-high')], limit: 2 } });
+    const rows = await target.query<{ target: string; state: string }>(`select target, state from "${schema}".jobs order by target, id`);
+    expect(rows).toEqual([
+      { target: 'a-low', state: 'available' }, { target: 'a-low', state: 'available' },
+      { target: 'b-high', state: 'running' }, { target: 'b-high', state: 'running' },
+    ]);
+  });
+
   test('nothing is handed off while an older job of that handler waits due in the queue', async () => {
     const s = await handSetup(target, ['a', 'b']);
     await s.record(1);

@@ -286,8 +286,8 @@ ${handOff ? /* sql */ `), offered as (
          coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
   from picked p left join offered o on o.target = p.name
 ), handed as (
-  -- At most $9 in all, oldest events first.
-  select r.*, r.eligible and count(*) filter (where r.eligible) over (order by r.event_id, r.name) <= $9 as mine
+  -- At most $9 in all: the higher-priority handlers' first, as a claim takes them, then the oldest events.
+  select r.*, r.eligible and count(*) filter (where r.eligible) over (order by r.priority, r.event_id, r.name) <= $9 as mine
   from ranked r
 ` : /* sql */ `), handed as (
   select p.*, false as mine, false as offered_inline from picked p
