@@ -1,5 +1,6 @@
 // GET /healthz: the database answers and some instance has held the leader lease recently (the
 // leader runs maintenance: rescue, retention, endpoint health). 200 when both hold, else 503.
+import { within } from '../core/within.js';
 import type { AdminExecutor, HealthRead } from '../driver/admin.js';
 import type { AdminBus } from './route.js';
 
@@ -36,16 +37,9 @@ export async function checkHealth(bus: AdminBus, graceMs: number, timeoutMs = 20
   };
 }
 
-/** A Driver without healthRead: ping, then the lease, on its own connections, within timeoutMs. */
+/** A Driver without healthRead: ping, then the lease, on its own connections, both within timeoutMs. */
 async function raceHealthRead(admin: AdminExecutor, timeoutMs: number): Promise<HealthRead> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error('health check timed out')), timeoutMs);
-  });
-  try {
-    await Promise.race([admin.ping(), timeout]);
-    return { lease: await Promise.race([admin.leaderGet(), timeout]).catch(() => undefined) };
-  } finally {
-    clearTimeout(timer);
-  }
+  const deadline = performance.now() + timeoutMs;
+  await within(admin.ping(), timeoutMs);
+  return { lease: await within(admin.leaderGet(), Math.max(0, deadline - performance.now())).catch(() => undefined) };
 }

@@ -66,10 +66,6 @@ export function lockDataDir(dir: string): DataDirLock {
 }
 
 /**
- * A path that cannot be a data directory is a wrong option, named as such (before, createBus threw
- * the bare fs error: "EEXIST: file already exists, mkdir …"). Other fs errors pass as they are.
- */
-/**
  * mkdir -p, one level at a time from the nearest one that exists. Node 20's
  * mkdirSync(…, { recursive: true }) never returns (100 % CPU) when a parent is on a file system
  * that answers ENOENT to mkdir, as /proc does: `--pglite /proc/nope/x` hung the CLI.
@@ -88,6 +84,10 @@ function makeDirectory(directory: string): void {
   if (!statSync(directory).isDirectory()) throw Object.assign(new Error(`EEXIST: ${directory} is a file`), { code: 'EEXIST' });
 }
 
+/**
+ * A path that cannot be a data directory is a wrong option, named as such (before, createBus threw
+ * the bare fs error: "EEXIST: file already exists, mkdir …"). Other fs errors pass as they are.
+ */
 function unusableDir(directory: string, act: 'create' | 'write in', err: unknown): unknown {
   const code = (err as NodeJS.ErrnoException)?.code;
   const problem =

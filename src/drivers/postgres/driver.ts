@@ -1,6 +1,7 @@
 // The PostgreSQL driver on node-postgres: a pool for rea's own work, a dedicated connection for LISTEN.
 import pg from 'pg';
 import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
+import { within } from '../../core/within.js';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
@@ -367,17 +368,11 @@ export class PostgresDriver implements Driver {
   private async healthRun<T>(fn: (q: Queryable) => Promise<T>, timeoutMs: number): Promise<T> {
     if (this.closed) throw new Error('the driver is closed');
     const health = this.health ?? this.connectHealth();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-    });
     try {
-      return await Promise.race([health.opened.then((c) => fn(c as unknown as Queryable)), timeout]);
+      return await within(health.opened.then((c) => fn(c as unknown as Queryable)), timeoutMs);
     } catch (err) {
       this.dropHealth(health);
       throw err;
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -2,6 +2,7 @@
 // and maps rows to rea's own types.
 import type { AdminExecutor, EventListParams, EventState, EventSummary, HandlerForgetResult, HandlerSummary, HealthRead, JobListParams, JobSummary, LeaderLease } from '../../driver/admin.js';
 import type { Queryable } from '../../driver/types.js';
+import { within } from '../../core/within.js';
 import { inBatches } from './batches.js';
 import { mapJob } from './executor.js';
 import { patternToLike } from './patterns.js';
@@ -130,15 +131,5 @@ function leaseFrom(r: Row | undefined): LeaderLease | null {
 }
 
 function raceOn(q: Queryable): HealthRunner {
-  return async (fn, timeoutMs) => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-    });
-    try {
-      return await Promise.race([fn(q), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
-  };
+  return (fn, timeoutMs) => within(fn(q), timeoutMs);
 }
