@@ -188,7 +188,7 @@ export class PostgresExecutor implements Executor {
             traceId: r.trace_id ?? null, createdBy: r.created_by ?? null, version: r.version ?? 1,
             createdAt: r.created_at_ms === null ? (null as unknown as Date) : new Date(r.created_at_ms),
           },
-          eventSpan: eventSpan(r),
+          eventSpan: eventSpan(r.span_id, r.trace_flags),
           eventFound: r.event_found === true,
           leaseAgeMs: r.lease_age_ms,
         });
@@ -274,8 +274,8 @@ export function mapJob(r: Row): JobRow {
 }
 
 /** The span that recorded an event (span_id and trace_flags of its row), or null. Checked where it is used (runInTrace). */
-function eventSpan(r: Row): EventSpan | null {
-  return r.span_id == null || r.trace_flags == null ? null : { spanId: r.span_id, traceFlags: r.trace_flags };
+function eventSpan(spanId: string | null | undefined, traceFlags: number | null | undefined): EventSpan | null {
+  return spanId == null || traceFlags == null ? null : { spanId, traceFlags };
 }
 
 /** One row of a fan-out statement (every variant returns the same columns) as a FanOutResult. */
@@ -286,7 +286,7 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
   for (const [id, type, subject, payload, traceId, createdBy, version, createdAtMs, spanId, traceFlags] of (row.handed_events ?? []) as HandedEvent[]) {
     events.set(id, {
       event: { id, type, subject, payload, traceId, createdBy, version, createdAt: new Date(createdAtMs) },
-      span: spanId === null || traceFlags === null ? null : { spanId, traceFlags },
+      span: eventSpan(spanId, traceFlags),
     });
   }
   const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => {
