@@ -17,7 +17,7 @@ import { errorMessage } from './core/errors-format.js';
 import { findJsonProblem, unstorableText } from './core/json.js';
 import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
-import { defaultLogger, type Logger } from './core/logger.js';
+import { checkLogger, defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
 import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
 import { activeSpanContext, currentTraceId, newTraceId, normalizeTraceId, spanInTrace } from './core/trace.js';
@@ -239,7 +239,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const { database, events: catalog, logger, clock: givenClock, ...rest } = options;
   if (!catalog || !Array.isArray(catalog.types)) throw new OptionsError('events', 'pass the result of defineEvents({ … })');
   const o = validateWith(busOptionsSchema, rest, 'createBus');
-  const log = logger ?? defaultLogger();
+  const log = logger === undefined ? defaultLogger() : checkLogger(logger);
   const clock = givenClock ?? databaseClock;
   const instanceId = o.instanceId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   const maxPayloadBytes = o.maxPayloadBytes ?? DEFAULTS.maxPayloadBytes;

@@ -81,6 +81,19 @@ describe('default logger', () => {
       vi.unstubAllEnvs();
     }
   });
+
+  it('a logger option that is not a logger (pino\'s options, say) is an OptionsError at createBus, not a TypeError from a timer later', async () => {
+    const { createBus } = await import('../src/index.js');
+    // Before: accepted, and the first warning (a leader lease, a failed round) threw
+    // "this.deps.log.warn is not a function" from a timer, which ended the process.
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, logger: { level: 'warn' } as never }))
+      .toThrow(new OptionsError('logger', 'takes a pino-compatible logger (an object with debug, info, warn, error, child); this one has no debug, info, warn, error, child: '
+        + "for pino's options (a level, say), pass pino(options), or set REA_LOG_LEVEL"));
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, logger: 'info' as never }))
+      .toThrow(new OptionsError('logger', 'takes a pino-compatible logger (an object with debug, info, warn, error, child), not string'));
+    const { pino } = await import('pino');
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, logger: pino({ level: 'silent' }) })).not.toThrow();
+  });
 });
 
 describe('ReaErrorCode', () => {

@@ -19,6 +19,24 @@ export function defaultLogger(): Logger {
   return pino({ name: 'rea', level }) as unknown as Logger;
 }
 
+const LOGGER_METHODS = ['debug', 'info', 'warn', 'error', 'child'] as const;
+
+/**
+ * The `logger` option as given: a logger with pino's methods. Pino's options (`{ level: 'info' }`)
+ * were taken for one, and the first warning, from a timer, threw a TypeError that ended the process.
+ */
+export function checkLogger(logger: unknown): Logger {
+  if (typeof logger !== 'object' && typeof logger !== 'function') {
+    throw new OptionsError('logger', `takes a pino-compatible logger (an object with ${LOGGER_METHODS.join(', ')}), not ${logger === null ? 'null' : typeof logger}`);
+  }
+  const missing = LOGGER_METHODS.filter((m) => typeof (logger as Record<string, unknown> | null)?.[m] !== 'function');
+  if (logger === null || missing.length > 0) {
+    throw new OptionsError('logger', `takes a pino-compatible logger (an object with ${LOGGER_METHODS.join(', ')}); this one has no ${missing.join(', ')}: `
+      + 'for pino\'s options (a level, say), pass pino(options), or set REA_LOG_LEVEL');
+  }
+  return logger as Logger;
+}
+
 /**
  * A child logger made on its first use. A job's logger carries its trace and job ids, and most
  * jobs never log: building pino's child (it serializes the bindings) for every job is wasted
