@@ -49,7 +49,7 @@ import { AttemptRetention } from './maintenance/attempt-retention.js';
 import { EndpointHealth } from './maintenance/endpoint-health.js';
 
 export type DatabaseOptions =
-  | { postgres: string | pg.Pool; poolSize?: number }
+  | { postgres: string | pg.Pool; poolSize?: number; queryTimeoutMs?: number }
   | { pglite: string | PGlite }
   | { driver: Driver };
 
@@ -873,7 +873,7 @@ function makeDriver(database: DatabaseOptions, schema: string, poolSize: number,
   if (kind === 'driver' && 'driver' in database) return database.driver;
   if (kind === 'postgres' && 'postgres' in database) {
     return new PostgresDriver({
-      connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize,
+      connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize, queryTimeoutMs: database.queryTimeoutMs,
       onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),
     });
   }

@@ -279,12 +279,12 @@ function databaseValueProblem(kind: DatabaseKindName, value: unknown): string | 
  * and { postgress: url } said only which shapes exist, not which key was wrong.
  */
 const databaseKinds = {
-  postgres: z.object({ postgres: databaseValue('postgres'), poolSize: poolSizeSchema.optional() }).strict(),
+  postgres: z.object({ postgres: databaseValue('postgres'), poolSize: poolSizeSchema.optional(), queryTimeoutMs: nonNegInt.max(MAX_TIMER_MS).optional() }).strict(),
   pglite: z.object({ pglite: databaseValue('pglite') }).strict(),
   driver: z.object({ driver: databaseValue('driver') }).strict(),
 };
 export type DatabaseKind = keyof typeof databaseKinds;
-const DATABASE_SHAPES = 'pass { postgres: url, poolSize? }, { pglite: dir } or { driver }';
+const DATABASE_SHAPES = 'pass { postgres: url, poolSize?, queryTimeoutMs? }, { pglite: dir } or { driver }';
 
 /** The kind of a createBus `database` option, or an OptionsError naming the key that is wrong. */
 export function checkDatabaseOptions(database: unknown): DatabaseKind {

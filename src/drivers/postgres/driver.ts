@@ -1,6 +1,6 @@
 // The PostgreSQL driver on node-postgres: a pool for rea's own work, a dedicated connection for LISTEN.
 import pg from 'pg';
-import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
+import { ABORTED_TRANSACTION, DatabaseError, TransactionError } from '../../core/errors.js';
 import { within } from '../../core/within.js';
 import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
@@ -11,6 +11,7 @@ import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
 import { PostgresOperationsExecutor } from './executor-operations.js';
 import { preparedQueryable, statementSet } from './prepared.js';
+import { deadlineError, dropConnection, QUERY_TIMEOUT_MS, isDeadlineError, withDeadline, withTimeout, type PgQueryable } from './deadline.js';
 import { migrationStatements, postgresStatements, wakeupNotify } from './sql.js';
 
 export interface PostgresDriverOptions {
@@ -19,6 +20,8 @@ export interface PostgresDriverOptions {
   schema: string;
   /** Pool size when rea creates the pool. */
   poolSize: number;
+  /** How long rea waits for the answer to one of its own statements before it closes the connection (default QUERY_TIMEOUT_MS); 0: for ever. */
+  queryTimeoutMs?: number;
   onError: (err: Error, where: string) => void;
 }
 
@@ -68,9 +71,16 @@ export class PostgresDriver implements Driver {
   private readonly where: string;
   /** rea's own statements, run as named prepared statements. */
   private readonly hot: ReadonlySet<string>;
+  /** How long one of rea's statements waits for its answer (see deadline.ts); 0: for ever. */
+  private readonly queryTimeoutMs: number;
+  /** The pool, with that deadline on every statement. */
+  private readonly timed: PgQueryable;
+  /** The pool's idle connections (its own list is not public): closed when a statement's deadline runs out. */
+  private readonly idle = new Set<pg.PoolClient>();
 
   constructor(private readonly options: PostgresDriverOptions) {
     this.schema = options.schema;
+    this.queryTimeoutMs = options.queryTimeoutMs ?? QUERY_TIMEOUT_MS;
     const s = quoteSchema(options.schema);
     this.sql = postgresStatements(s);
     if (typeof options.connection === 'string') {
@@ -99,11 +109,26 @@ export class PostgresDriver implements Driver {
     // socket error can still arrive after a query failed (server restart, pg_terminate_backend).
     // A permanent listener on every client keeps such a late 'error' from becoming uncaught.
     this.pool.on('connect', (client) => client.on('error', () => {}));
+    // A statement past its deadline leaves its connection waiting for an answer: closed, not reused.
+    // The pool's idle connections most likely went the same way (a failover, a partition), and
+    // each would cost the next statement sent on it a deadline of its own: they are closed too,
+    // and the pool opens new ones as they are needed.
+    this.pool.on('acquire', (client) => this.idle.delete(client));
+    this.pool.on('remove', (client) => this.idle.delete(client));
+    this.pool.on('release', (err: unknown, client: pg.PoolClient) => {
+      if (isDeadlineError(err)) this.dropAfterDeadline(client);
+      else this.idle.add(client);
+    });
     this.hot = statementSet(this.sql);
-    this.executor = new PostgresExecutor(preparedQueryable(this.pool, this.hot), this.sql);
+    // rea's statements on the pool wait at most queryTimeoutMs for their answer (see deadline.ts);
+    // the admin API's are asked for by a person (and /healthz has its own timeout), VACUUM takes
+    // as long as the table needs.
+    const timed = withDeadline(this.pool as PgQueryable, this.queryTimeoutMs, this.where);
+    this.timed = timed;
+    this.executor = new PostgresExecutor(preparedQueryable(timed, this.hot), this.sql);
     this.admin = new PostgresAdminExecutor(this.pool, s, (fn, timeoutMs) => this.healthRun(fn, timeoutMs));
-    this.webhooks = new PostgresWebhookExecutor(this.pool, s);
-    this.operations = new PostgresOperationsExecutor(this.pool, options.schema, s, (fn) => this.transaction(fn));
+    this.webhooks = new PostgresWebhookExecutor(timed as Queryable, s);
+    this.operations = new PostgresOperationsExecutor(timed as Queryable, options.schema, s, (fn) => this.transaction(fn), this.pool);
   }
 
   migrate(options?: MigrateOptions): Promise<{ applied: number[]; newer: number[] }> {
@@ -129,9 +154,12 @@ export class PostgresDriver implements Driver {
       this.options.onError(err, 'transaction');
     };
     client.on('error', onError);
+    // BEGIN, COMMIT and rea's statements in between have the deadline; the application's SQL in
+    // the callback does not.
+    const ms = this.queryTimeoutMs;
     try {
-      await client.query('BEGIN');
-      const result = await fn(preparedQueryable(client, this.hot), client);
+      await client.query(withTimeout('BEGIN', undefined, ms));
+      const result = await fn(preparedQueryable(client, this.hot, ms), client);
       // Ended inside the callback (a COMMIT on tx.raw): sent now, the events would be stored
       // on their own, outside it. A successful statement's reply comes with the connection's
       // status, so this is known by now.
@@ -143,13 +171,27 @@ export class PostgresDriver implements Driver {
       // recordMany goes in statements of bounded size first; its last part travels with COMMIT.
       const chunks = eventChunks(options?.pendingEvents?.() ?? []);
       const last = chunks.pop();
-      for (const chunk of chunks) await this.executor.eventInsertMany(preparedQueryable(client, this.hot), chunk);
+      for (const chunk of chunks) await this.executor.eventInsertMany(preparedQueryable(client, this.hot, ms), chunk);
       // A statement that failed and was caught inside the callback has aborted the transaction:
       // the events' insert is then refused (25P02, below), and a bare COMMIT answers ROLLBACK, no error.
-      const committed = await client.query(last ? `${this.eventInsertLiteral(last)};\ncommit` : 'COMMIT') as pg.QueryResult | pg.QueryResult[];
+      let committed: pg.QueryResult | pg.QueryResult[];
+      try {
+        committed = await client.query(withTimeout(last ? `${this.eventInsertLiteral(last)};\ncommit` : 'COMMIT', undefined, ms));
+      } catch (err) {
+        // The COMMIT was sent: whether the server carried it out before it went silent is not known.
+        if (isDeadlineError(err)) throw deadlineError(this.where, ms, err, '; whether the transaction committed is not known');
+        throw err;
+      }
       if ((Array.isArray(committed) ? committed.at(-1) : committed)?.command === 'ROLLBACK') throw abortedTransaction();
       return result;
     } catch (err) {
+      if (isDeadlineError(err)) {
+        // No answer within the deadline: the server rolls the transaction back when the connection
+        // goes (a ROLLBACK would wait behind the unanswered statement, for as long).
+        broken = err as Error;
+        this.dropAfterDeadline(client);
+        throw err instanceof DatabaseError ? err : deadlineError(this.where, ms, err);
+      }
       if (options?.aborted?.()) {
         // A ROLLBACK would wait behind the statement still running, and a write the handler
         // makes later on the raw client would then run outside any transaction and commit. The
@@ -170,6 +212,13 @@ export class PostgresDriver implements Driver {
       client.off('error', onError);
       client.release(broken);
     }
+  }
+
+  /** A statement on `client` got no answer within its deadline: close it, and the pool's idle connections with it. */
+  private dropAfterDeadline(client: pg.ClientBase): void {
+    dropConnection(client);
+    for (const c of this.idle) dropConnection(c);
+    this.idle.clear();
   }
 
   /** Cancel what `client` is running, from a connection of its own (the pool may be full); at most CANCEL_WAIT_MS. */
@@ -210,7 +259,7 @@ export class PostgresDriver implements Driver {
   }
 
   async query<R>(text: string, params?: unknown[]) {
-    const res = await this.pool.query(text, params as unknown[]);
+    const res = await this.timed.query(text, params);
     return { rows: res.rows as R[] };
   }
 

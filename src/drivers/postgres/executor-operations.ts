@@ -19,6 +19,8 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     quotedSchema: string,
     /** The driver's transactions: events retention takes two statements in one. */
     private readonly transaction: <T>(fn: (q: Queryable) => Promise<T>) => Promise<T>,
+    /** For VACUUM, which takes as long as the table needs: no deadline (see deadline.ts). */
+    private readonly untimed: Queryable = pool,
   ) {
     this.sql = postgresOperationsStatements(quotedSchema);
   }
@@ -32,7 +34,7 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     const done: string[] = [];
     // VACUUM cannot run in a transaction block: each runs as its own statement on the pool.
     for (const text of this.sql.vacuumTables) {
-      await this.pool.query(text);
+      await this.untimed.query(text);
       done.push(text.split('.').pop()!);
     }
     return done;

@@ -4,10 +4,7 @@
 // statement cache cannot grow without bound.
 import { createHash } from 'node:crypto';
 import type { Queryable } from '../../driver/types.js';
-
-interface PgQueryable {
-  query(config: { name?: string; text: string; values?: unknown[] } | string, values?: unknown[]): Promise<any>;
-}
+import type { PgQueryable } from './deadline.js';
 
 /**
  * Statement names by statement set (one set per driver): a transaction or a caller's client gets a
@@ -16,7 +13,11 @@ interface PgQueryable {
  */
 const namesBySet = new WeakMap<ReadonlySet<string>, Map<string, string>>();
 
-export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>): Queryable {
+/**
+ * `timeoutMs`: the deadline of rea's own statements (those named), on a connection where the
+ * application's SQL runs too (a transaction's); the pools' deadline is withDeadline's.
+ */
+export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>, timeoutMs = 0): Queryable {
   const names = namesBySet.get(statements) ?? new Map<string, string>();
   namesBySet.set(statements, names);
   const nameFor = (text: string) => {
@@ -30,7 +31,7 @@ export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<s
   return {
     query: (text: string, params?: unknown[]) =>
       params && statements.has(text)
-        ? target.query({ name: nameFor(text), text, values: params })
+        ? target.query(timeoutMs > 0 ? { name: nameFor(text), text, values: params, query_timeout: timeoutMs } : { name: nameFor(text), text, values: params })
         : target.query(text, params),
   } as Queryable;
 }

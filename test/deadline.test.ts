@@ -1,0 +1,101 @@
+// database.queryTimeoutMs: a failover that leaves rea's connections silent for ever (neither an
+// answer nor a close, as when the server's address moves or a NAT entry goes) must not stop
+// delivery until TCP gives up (some 15 minutes): rea's statements give up at their deadline, the
+// connection is closed, and the relay, the worker and the leader carry on over new ones. The
+// application's own SQL keeps no deadline of rea's.
+import { expect, it } from 'vitest';
+import { z } from 'zod';
+import { createBus, DatabaseError, defineEvents, OptionsError } from '../src/index.js';
+import { PG_URL, postgresTarget, testBus } from './helpers/db.js';
+import { stallingProxy } from './helpers/faults.js';
+
+const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
+const DEADLINE_MS = 1_000;
+
+/** The URL with a password (trust auth takes any): no message may show it. */
+function withPassword(url: string): string {
+  const u = new URL(url);
+  u.password = 'hunter2-secret';
+  return u.toString();
+}
+
+it.runIf(postgresTarget.available)('a failover mid-run: the relay, the worker and the leader move to new connections within the deadline, and deliver', async () => {
+  const proxy = await stallingProxy();
+  const bus = await testBus(postgresTarget, events, {
+    database: { postgres: withPassword(proxy.url), poolSize: 4, queryTimeoutMs: DEADLINE_MS },
+    relay: { minPollMs: 1, maxPollMs: 50 }, worker: { minPollMs: 1, maxPollMs: 50 },
+  } as never);
+  const seen: string[] = [];
+  bus.on('order.created', 'mailer', (e) => void seen.push(e.payload.orderNo));
+  const elected = bus.lifecycle.waitFor('leader:elected');
+  await bus.start();
+  await elected;
+  await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A1' }));
+  await expect.poll(() => seen, { timeout: 5_000 }).toEqual(['A1']);
+
+  // Every connection the bus holds goes silent; the polls in flight (and those sent next on the
+  // same connections) never get an answer. New connections reach the server.
+  proxy.stall();
+  await new Promise((r) => setTimeout(r, 300));
+  proxy.recoverForNewConnectionsOnly();
+
+  // Recorded by another process, straight to the server.
+  const producer = createBus({ database: { postgres: PG_URL }, schema: bus.schema, events, relay: { enabled: false }, worker: { enabled: false } });
+  try {
+    await producer.transaction((tx) => producer.record(tx, 'order.created', { orderNo: 'B1' }));
+  } finally {
+    await producer.stop();
+  }
+  const t = Date.now();
+  // Before: nothing delivered, the relay's round waiting on its silent connection (the leader's
+  // too), until TCP gave up some 15 minutes later.
+  await expect.poll(() => seen, { timeout: 10_000, interval: 50 }).toEqual(['A1', 'B1']);
+  expect(Date.now() - t).toBeLessThan(DEADLINE_MS * 4);
+  // The leader renews its lease over a new connection too.
+  const lease = async () => (await postgresTarget.query(`select extract(epoch from expires_at) * 1000 as at from "${bus.schema}".leader`))[0]?.at;
+  const before = Number(await lease());
+  await expect.poll(async () => Number(await lease()), { timeout: 15_000, interval: 200 }).toBeGreaterThan(before);
+}, 40_000);
+
+it.runIf(postgresTarget.available)('a COMMIT that gets no answer: DatabaseError unreachable within the deadline, saying the outcome is unknown and naming no password; the next transaction works', async () => {
+  const proxy = await stallingProxy();
+  const bus = await testBus(postgresTarget, events, { database: { postgres: withPassword(proxy.url), poolSize: 2, queryTimeoutMs: DEADLINE_MS } } as never);
+  const t = Date.now();
+  const err = await bus.transaction(async (tx) => {
+    await bus.record(tx, 'order.created', { orderNo: 'C1' });
+    proxy.stall(); // the record travels with COMMIT, which then goes unanswered
+  }).catch((e: unknown) => e);
+  const ms = Date.now() - t;
+  expect(err).toBeInstanceOf(DatabaseError);
+  expect(err).toMatchObject({ kind: 'unreachable', code: 'ERR_DATABASE' });
+  expect((err as Error).message).toMatch(/^no answer from PostgreSQL at 127\.0\.0\.1:\d+\/test \(user postgres\) within 1000 ms \(database\.queryTimeoutMs\) to one of rea's statements; the connection was closed; whether the transaction committed is not known$/);
+  expect(JSON.stringify({ message: (err as Error).message, cause: String((err as Error).cause) })).not.toContain('hunter2');
+  expect(ms).toBeGreaterThanOrEqual(DEADLINE_MS - 50);
+  expect(ms).toBeLessThan(DEADLINE_MS * 4);
+
+  proxy.recoverForNewConnectionsOnly();
+  await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'C2' }));
+  const rows = await postgresTarget.query(`select payload->>'orderNo' as o from "${bus.schema}".events order by o`);
+  expect(rows.map((r) => r.o)).toContain('C2');
+}, 30_000);
+
+it.runIf(postgresTarget.available)('the application\'s SQL in a transaction has no deadline of rea\'s: a statement longer than queryTimeoutMs completes', async () => {
+  const bus = await testBus(postgresTarget, events, { database: { postgres: PG_URL, poolSize: 2, queryTimeoutMs: 300 } } as never);
+  const slept = await bus.transaction(async (tx) => {
+    const { rows } = await tx.query<{ ok: boolean }>('select true as ok from pg_sleep(0.8)');
+    await bus.record(tx, 'order.created', { orderNo: 'D1' });
+    return rows[0]!.ok;
+  });
+  expect(slept).toBe(true);
+  expect(await postgresTarget.query(`select count(*)::int as n from "${bus.schema}".events`)).toEqual([{ n: 1 }]);
+}, 20_000);
+
+it('queryTimeoutMs: a whole number of ms ≥ 0, and only for PostgreSQL', () => {
+  expect(() => createBus({ database: { postgres: PG_URL, queryTimeoutMs: -1 }, events }))
+    .toThrow(OptionsError);
+  expect(() => createBus({ database: { postgres: PG_URL, queryTimeoutMs: 1.5 }, events }))
+    .toThrow(/database\.queryTimeoutMs/);
+  expect(() => createBus({ database: { pglite: 'memory://', queryTimeoutMs: 1000 } as never, events }))
+    .toThrow(/unrecognized|unknown|queryTimeoutMs/i);
+  expect(() => createBus({ database: { postgres: PG_URL, queryTimeoutMs: 0 }, events })).not.toThrow();
+});
