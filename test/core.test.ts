@@ -137,6 +137,42 @@ describe('PollLoop', () => {
     expect(seen.slice(0, 3)).toEqual([false, false, false]);
     expect(firstWoken).toBeGreaterThanOrEqual(3);
   });
+
+  it('after a failed round, an idle loop tries again within ERROR_RETRY_MS, doubling per failure in a row, not after its idle wait', async () => {
+    const { PollLoop, ERROR_RETRY_MS } = await import('../src/core/poll.js');
+    vi.useFakeTimers();
+    try {
+      const rounds: number[] = [];
+      let fail = 0;
+      const loop = new PollLoop({
+        minMs: 1_000, maxMs: 60_000,
+        round: async () => {
+          rounds.push(Date.now());
+          if (fail > 0) {
+            fail--;
+            throw new Error('connection closed after its deadline');
+          }
+          return 'none';
+        },
+        onError: () => {},
+      });
+      loop.start();
+      // Idle: the wait doubles from 1 s to the minute.
+      await vi.advanceTimersByTimeAsync(200_000);
+      const idle = rounds.at(-1)! - rounds.at(-2)!;
+      expect(idle).toBe(60_000);
+      // Three failures in a row (the next idle round fails, then its retries).
+      fail = 3;
+      const at = rounds.length;
+      await vi.advanceTimersByTimeAsync(60_000 + ERROR_RETRY_MS * 7);
+      const gaps = rounds.slice(at).map((t, i, a) => (i === 0 ? 0 : t - a[i - 1]!)).slice(1);
+      // Before: 60 s after a failure (the idle wait, doubled and capped), so one retry a minute.
+      expect(gaps.slice(0, 3)).toEqual([ERROR_RETRY_MS, ERROR_RETRY_MS * 2, ERROR_RETRY_MS * 4]);
+      await loop.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
 
 describe('throttled wake-ups', () => {

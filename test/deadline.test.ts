@@ -57,6 +57,35 @@ it.runIf(postgresTarget.available)('a failover mid-run: the relay, the worker an
   await expect.poll(async () => Number(await lease()), { timeout: 15_000, interval: 200 }).toBeGreaterThan(before);
 }, 40_000);
 
+it.runIf(postgresTarget.available)('wake-ups come back after a failover: the LISTEN connection is asked for an answer every queryTimeoutMs and replaced when none comes', async () => {
+  const proxy = await stallingProxy();
+  // Polls 20-30 s apart: within the test's bounds, only a wake-up delivers.
+  const bus = await testBus(postgresTarget, events, {
+    database: { postgres: proxy.url, poolSize: 4, queryTimeoutMs: DEADLINE_MS },
+    relay: { minPollMs: 20_000, maxPollMs: 30_000 }, worker: { minPollMs: 20_000, maxPollMs: 30_000 },
+  } as never);
+  const seen: string[] = [];
+  bus.on('order.created', 'mailer', (e) => void seen.push(e.payload.orderNo));
+  await bus.start();
+  const producer = createBus({ database: { postgres: PG_URL }, schema: bus.schema, events, relay: { enabled: false }, worker: { enabled: false } });
+  try {
+    await producer.transaction((tx) => producer.record(tx, 'order.created', { orderNo: 'A1' }));
+    await expect.poll(() => seen, { timeout: 5_000 }).toEqual(['A1']);
+
+    proxy.stall();
+    await new Promise((r) => setTimeout(r, 300));
+    proxy.recoverForNewConnectionsOnly();
+    // The NOTIFY of this commit goes to the silent connection. Before, nothing more was heard
+    // until keepalive gave up on it (some 12 minutes), and the events waited for the next poll.
+    await producer.transaction((tx) => producer.record(tx, 'order.created', { orderNo: 'B1' }));
+    await expect.poll(() => seen, { timeout: 8_000, interval: 50 }).toEqual(['A1', 'B1']);
+    await producer.transaction((tx) => producer.record(tx, 'order.created', { orderNo: 'C1' }));
+    await expect.poll(() => seen, { timeout: 3_000, interval: 20 }).toEqual(['A1', 'B1', 'C1']);
+  } finally {
+    await producer.stop();
+  }
+}, 40_000);
+
 it.runIf(postgresTarget.available)('a COMMIT that gets no answer: DatabaseError unreachable within the deadline, saying the outcome is unknown and naming no password; the next transaction works', async () => {
   const proxy = await stallingProxy();
   const bus = await testBus(postgresTarget, events, { database: { postgres: withPassword(proxy.url), poolSize: 2, queryTimeoutMs: DEADLINE_MS } } as never);

@@ -1,6 +1,9 @@
 // An adaptive poll loop: run a round, then wait a few ms while rounds find work, doubling the
 // wait up to a ceiling while they don't. wake() cuts the wait short.
 
+/** The wait after a round's first failure in a row; it doubles with each one after, up to maxMs. */
+export const ERROR_RETRY_MS = 50;
+
 export interface PollLoopOptions {
   minMs: number;
   maxMs: number;
@@ -19,6 +22,8 @@ export class PollLoop {
   private timer: NodeJS.Timeout | undefined;
   private done: Promise<void> | undefined;
   private intervalMs: number;
+  /** Rounds failed in a row. */
+  private failures = 0;
 
   constructor(private readonly options: PollLoopOptions) {
     this.intervalMs = options.minMs;
@@ -50,10 +55,13 @@ export class PollLoop {
       let outcome: 'full' | 'some' | 'none' = 'none';
       try {
         outcome = await this.options.round({ woken });
+        this.failures = 0;
       } catch (err) {
         this.options.onError(err);
-        // Back off on errors, as when idle: a database that is down should not be hammered.
-        this.intervalMs = Math.min(this.options.maxMs, Math.max(this.intervalMs * 2, 50));
+        // Back off on errors, from ERROR_RETRY_MS whatever the idle wait had grown to: a database
+        // that is down should not be hammered, and one failure (a connection a failover killed,
+        // dropped by now) should not cost an idle loop its whole maxMs before it tries again.
+        this.intervalMs = Math.min(this.options.maxMs, ERROR_RETRY_MS * 2 ** Math.min(this.failures++, 20));
       }
       if (!this.running) break;
       if (outcome === 'full') {

@@ -275,6 +275,7 @@ export class PostgresDriver implements Driver {
     let closed = false;
     let client: pg.Client | undefined;
     let retryTimer: NodeJS.Timeout | undefined;
+    let heartbeat: NodeJS.Timeout | undefined;
     const connect = async (): Promise<void> => {
       const c = this.ownClient('rea-listen');
       let ownPid: number | undefined;
@@ -284,6 +285,7 @@ export class PostgresDriver implements Driver {
         if (msg.channel === channel && msg.processId !== ownPid) onNotify(msg.payload ?? '');
       });
       c.on('error', (err) => {
+        clearInterval(heartbeat);
         this.options.onError(err, 'listen');
         c.end().catch(() => {});
         if (!closed) scheduleReconnect();
@@ -298,6 +300,17 @@ export class PostgresDriver implements Driver {
         return;
       }
       client = c;
+      // A LISTEN connection that went silent (a failover, a NAT entry dropped) hears no wake-up,
+      // and says nothing: it is asked for an answer every queryTimeoutMs, within that, and
+      // replaced when none comes (its error handler reconnects).
+      if (this.queryTimeoutMs > 0) {
+        heartbeat = setInterval(() => {
+          c.query(withTimeout(this.sql.backendPid, undefined, this.queryTimeoutMs)).catch((err: unknown) => {
+            if (isDeadlineError(err)) dropConnection(c);
+          });
+        }, this.queryTimeoutMs);
+        heartbeat.unref();
+      }
       // Wake-ups go out on this connection from now on; the one kept for them until now can go.
       this.closeNotifier();
       // Anything recorded while we were not listening is found by the next poll; nudge it now.
@@ -325,6 +338,7 @@ export class PostgresDriver implements Driver {
       close: async () => {
         closed = true;
         clearTimeout(retryTimer);
+        clearInterval(heartbeat);
         await client?.end().catch(() => {});
       },
     };
@@ -359,7 +373,11 @@ export class PostgresDriver implements Driver {
     if (this.closed) return;
     const used = this.notifier ?? this.connectNotifier();
     try {
-      await (await used).query(text);
+      const c = await used;
+      await c.query(withTimeout(text, undefined, this.queryTimeoutMs)).catch((err: unknown) => {
+        if (isDeadlineError(err)) dropConnection(c); // its error handler retires it; the next wake-up opens another
+        throw err;
+      });
     } catch (err) {
       if (this.closed) return; // a wake-up cut short by close() is no failure
       // A LISTEN connection that came up while this wake-up was in flight retires the notifier
@@ -374,9 +392,10 @@ export class PostgresDriver implements Driver {
     const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
     if (!listening) return false;
     try {
-      await listening.query(text);
+      await listening.query(withTimeout(text, undefined, this.queryTimeoutMs));
       return true;
-    } catch {
+    } catch (err) {
+      if (isDeadlineError(err)) dropConnection(listening); // its error handler reconnects it
       return false; // the listen connection just failed (its error handler reconnects it)
     }
   }
