@@ -1,11 +1,12 @@
 // The rules that decide whether a chaos run (npm run chaos, in CI with --short) passes.
 import { describe, expect, it } from 'vitest';
-import { type ChaosSummary, failures, LEAN_INLINE_MIN } from './chaos/verdict.js';
+import { type ChaosSummary, FAILOVER_RECOVERY_MAX_MS, failures, LEAN_INLINE_MIN } from './chaos/verdict.js';
 
 function clean(): ChaosSummary {
   return {
     lost: 0, duplicateEffects: 0, stuckJobs: 0, discardedJobs: 0, workerCrashes: 0, workersHungAtStop: 0,
     lean: { lost: 0, deliveredInline: 900, inlineBeforeRestart: 300, inlineAfterRestart: 600, stuckJobs: 0, discardedJobs: 0 },
+    failover: { silenced: 14, recoveredMs: 4200 },
   };
 }
 
@@ -38,6 +39,14 @@ describe('chaos verdict', () => {
   it('a worker that exited on its own, or did not exit on SIGTERM, fails the run even when every event was delivered', () => {
     expect(failures({ ...clean(), workerCrashes: 1 })).toEqual(['1 workers crashed']);
     expect(failures({ ...clean(), workersHungAtStop: 1 })).toEqual(['1 workers did not stop on SIGTERM']);
+  });
+
+  it('the failover must have been staged, and deliveries must resume within FAILOVER_RECOVERY_MAX_MS of it', () => {
+    expect(failures({ ...clean(), failover: { silenced: 0, recoveredMs: 10 } })).toEqual(['the failover silenced no worker connection: it was not staged']);
+    expect(failures({ ...clean(), failover: { silenced: 9, recoveredMs: null } })).toEqual(['no event recorded after the failover was delivered']);
+    expect(failures({ ...clean(), failover: { silenced: 9, recoveredMs: FAILOVER_RECOVERY_MAX_MS + 1 } }))
+      .toEqual([`deliveries resumed ${FAILOVER_RECOVERY_MAX_MS + 1} ms after the failover (at most ${FAILOVER_RECOVERY_MAX_MS} expected)`]);
+    expect(failures({ ...clean(), failover: { silenced: 9, recoveredMs: FAILOVER_RECOVERY_MAX_MS } })).toEqual([]);
   });
 
   it('with a restart, the lean path must have delivered inline on each side of it', () => {

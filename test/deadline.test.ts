@@ -2,7 +2,7 @@
 // answer nor a close, as when the server's address moves or a NAT entry goes) must not stop
 // delivery until TCP gives up (some 15 minutes): rea's statements give up at their deadline, the
 // connection is closed, and the relay, the worker and the leader carry on over new ones. The
-// application's own SQL keeps no deadline of rea's.
+// application's SQL in rea's transactions has it too; migrations do not.
 import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { createBus, DatabaseError, defineEvents, OptionsError } from '../src/index.js';
@@ -108,15 +108,37 @@ it.runIf(postgresTarget.available)('a COMMIT that gets no answer: DatabaseError 
   expect(rows.map((r) => r.o)).toContain('C2');
 }, 30_000);
 
-it.runIf(postgresTarget.available)('the application\'s SQL in a transaction has no deadline of rea\'s: a statement longer than queryTimeoutMs completes', async () => {
+it.runIf(postgresTarget.available)('the application\'s SQL in rea\'s transactions has the deadline too (it would hold a pool connection through a failover); 0 lifts it', async () => {
   const bus = await testBus(postgresTarget, events, { database: { postgres: PG_URL, poolSize: 2, queryTimeoutMs: 300 } } as never);
-  const slept = await bus.transaction(async (tx) => {
-    const { rows } = await tx.query<{ ok: boolean }>('select true as ok from pg_sleep(0.8)');
+  const err = await bus.transaction(async (tx) => {
     await bus.record(tx, 'order.created', { orderNo: 'D1' });
-    return rows[0]!.ok;
+    await tx.query('select pg_sleep(0.8)');
+  }).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(DatabaseError);
+  expect((err as Error).message).toMatch(/within 300 ms \(database\.queryTimeoutMs\) to one of rea's statements; the connection was closed$/);
+  // Nothing of it was stored, and the bus goes on.
+  await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'D2' }));
+  expect(await postgresTarget.query(`select payload->>'orderNo' as o from "${bus.schema}".events`)).toEqual([{ o: 'D2' }]);
+
+  const unbounded = await testBus(postgresTarget, events, { database: { postgres: PG_URL, poolSize: 2, queryTimeoutMs: 0 } } as never);
+  await unbounded.transaction(async (tx) => {
+    await tx.query('select pg_sleep(0.8)');
+    await unbounded.record(tx, 'order.created', { orderNo: 'E1' });
   });
-  expect(slept).toBe(true);
-  expect(await postgresTarget.query(`select count(*)::int as n from "${bus.schema}".events`)).toEqual([{ n: 1 }]);
+  expect(await postgresTarget.query(`select count(*)::int as n from "${unbounded.schema}".events`)).toEqual([{ n: 1 }]);
+}, 20_000);
+
+it.runIf(postgresTarget.available)('migrations keep no deadline: they take as long as the tables they alter need', async () => {
+  // 1 ms: every statement of a migration takes longer; with the deadline, migrate() failed.
+  const bus = createBus({ database: { postgres: PG_URL, poolSize: 2, queryTimeoutMs: 1 }, schema: `t_${Date.now().toString(36)}_mig`, events });
+  try {
+    await expect(bus.migrate()).resolves.toBeDefined();
+    expect(await postgresTarget.query(`select count(*)::int as n from information_schema.tables where table_schema = $1 and table_name = 'events'`, [bus.schema]))
+      .toEqual([{ n: 1 }]);
+  } finally {
+    await bus.stop();
+    await postgresTarget.query(`drop schema if exists "${bus.schema}" cascade`);
+  }
 }, 20_000);
 
 it('queryTimeoutMs: a whole number of ms ≥ 0, and only for PostgreSQL', () => {

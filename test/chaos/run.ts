@@ -10,6 +10,12 @@
 // been inline on both sides of the PostgreSQL restart (LEAN_INLINE_MIN in verdict.ts), or the run
 // did not test that path and fails.
 //
+// The workers reach PostgreSQL through a proxy (test/chaos/proxy.ts). After the last kill it stages
+// a failover: every connection they hold goes silent, neither answering nor closing, as when a
+// server's address moves to a new primary. Each worker must notice within its deadline
+// (database.queryTimeoutMs), carry on over new connections, and deliver again within
+// FAILOVER_RECOVERY_MAX_MS (verdict.ts); before that deadline, they waited for TCP, ~15 minutes.
+//
 // The workers run `bin/rea.js`, which loads the build in dist/: `npm run chaos` builds it first.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -31,6 +37,8 @@ const RATE = 500;
 const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
+/** How long the producers go on after the failover: the events the workers must deliver over new connections. */
+const AFTER_FAILOVER_MS = 4000;
 /** How long a worker may take to exit after SIGTERM at the end: its --stop-timeout (2 s) and a wide margin. */
 const STOP_DEADLINE_MS = 20_000;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
@@ -79,15 +87,32 @@ function stopWorker(child: ChildProcess, signal: NodeJS.Signals): void {
   child.kill(signal);
 }
 
+/** test/chaos/proxy.ts in a process of its own, in front of `upstream`. */
+async function startProxy(upstream: string): Promise<{ url: string; failover(): Promise<number>; close(): void }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', `${root}/test/chaos/proxy.ts`, upstream], { cwd: root, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('message', (m) => resolve((m as { url: string }).url));
+    child.once('exit', (code) => reject(new Error(`the chaos proxy exited (code ${code}) before it listened`)));
+  });
+  return {
+    url,
+    failover: () => new Promise<number>((resolve) => {
+      child.once('message', (m) => resolve((m as { silenced: number }).silenced));
+      child.send('failover');
+    }),
+    close: () => child.disconnect(),
+  };
+}
+
 /** Resolves once the worker says it runs (its relay and worker have started). */
 const readiness = new WeakMap<ChildProcess, Promise<void>>();
 
-/** Worker n: the first WORKERS run test/chaos/bus.ts, the LEAN_WORKERS after them bus-lean.ts. */
-function startWorker(n: number): ChildProcess {
+/** Worker n: the first WORKERS run test/chaos/bus.ts, the LEAN_WORKERS after them bus-lean.ts; through the proxy at `url`. */
+function startWorker(n: number, url: string): ChildProcess {
   const lean = n >= WORKERS;
   const child = spawn(process.execPath, ['--import', 'tsx', `${root}/bin/rea.js`, 'run', `${root}/test/chaos/${lean ? 'bus-lean' : 'bus'}.ts`, '--stop-timeout', '2000'], {
     cwd: root,
-    env: { ...process.env, CHAOS_DATABASE_URL: URL_, CHAOS_SCHEMA: lean ? leanSchema : schema, REA_LOG_LEVEL: 'silent' },
+    env: { ...process.env, CHAOS_DATABASE_URL: url, CHAOS_SCHEMA: lean ? leanSchema : schema, REA_LOG_LEVEL: process.env.CHAOS_WORKER_LOG ?? 'silent' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.on('exit', (code, signal) => {
@@ -166,11 +191,12 @@ async function main(): Promise<void> {
   await leanProducer.migrate();
   await withClient(URL_, (c) => c.query(`
     create table "${schema}".chaos_counts (event_id uuid primary key, n int not null);
-    create table "${schema}".chaos_appends (event_id uuid not null);
+    create table "${schema}".chaos_appends (event_id uuid not null, at timestamptz not null default clock_timestamp());
     create table "${leanSchema}".chaos_marks (event_id uuid not null);`));
 
+  const proxy = await startProxy(URL_);
   const workers: ChildProcess[] = [];
-  for (let i = 0; i < WORKERS + LEAN_WORKERS; i++) workers.push(startWorker(i));
+  for (let i = 0; i < WORKERS + LEAN_WORKERS; i++) workers.push(startWorker(i, proxy.url));
   // Faults, not start-up, are under test: events recorded before any worker runs would only be a
   // backlog, fanned out to job rows, not the inline rounds the lean group is there for.
   await Promise.race([Promise.all(workers.map((w) => readiness.get(w))), sleep(60_000).then(() => { throw new Error('the workers did not start within 60 s'); })]);
@@ -189,7 +215,7 @@ async function main(): Promise<void> {
     await sleep(KILL_EVERY_MS * (0.5 + Math.random()));
     const i = Math.floor(Math.random() * workers.length);
     stopWorker(workers[i]!, 'SIGKILL');
-    workers[i] = startWorker(i);
+    workers[i] = startWorker(i, proxy.url);
     kills++;
     log(`kill -9 #${kills} (worker ${i}); acknowledged ${acknowledged.size}`);
     if (kills === terminateAt) {
@@ -208,6 +234,11 @@ async function main(): Promise<void> {
       log('PostgreSQL is back');
     }
   }
+  // The failover, after the last kill: every worker now running must get through it on its own.
+  const failedOverAt = new Date();
+  const silenced = await proxy.failover();
+  log(`failover: ${silenced} worker connections left silent; new ones reach the server`);
+  await sleep(AFTER_FAILOVER_MS);
   await Promise.all([ticks.stop(), leans.stop()]);
   const produceEnded = Date.now();
   log(`producers stopped: ${acknowledged.size} + ${leans.acknowledged.size} (lean) acknowledged, ${ticks.ambiguous + leans.ambiguous} failed or ambiguous commits`);
@@ -264,7 +295,13 @@ async function main(): Promise<void> {
     const ids = (await c.query(`select id::text as id from "${schema}".events`)).rows.map((r) => r.id as string);
     const storedIds = new Set(ids);
     const lostAcknowledged = [...acknowledged].filter((id) => !storedIds.has(id)).length;
-    return { stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged };
+    // The first delivery of an event recorded after the failover: when the workers had got through it.
+    const recovered = (await c.query(`select extract(epoch from min(a.at) - $1::timestamptz) * 1000 as ms
+      from "${schema}".chaos_appends a join "${schema}".events e on e.id = a.event_id where e.created_at >= $1`, [failedOverAt])).rows[0].ms;
+    return {
+      stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged,
+      failoverRecoveredMs: recovered === null ? null : Math.round(Number(recovered)),
+    };
   });
   const lean = await withClient(URL_, async (c) => {
     const q = async <K extends string>(sql: string) => (await c.query(sql)).rows[0] as Record<K, number>;
@@ -303,11 +340,13 @@ async function main(): Promise<void> {
       inlineBeforeRestart: lean.inlineBeforeRestart, inlineAfterRestart: lean.inlineAfterRestart,
       stuckJobs: lean.stuck, discardedJobs: lean.discarded,
     },
+    failover: { silenced, recoveredMs: result.failoverRecoveredMs },
     workerCrashes: crashes, workersHungAtStop: hungAtStop, drainMs, totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));
   await producer.stop();
   await leanProducer.stop();
+  proxy.close();
   const reasons = failures(summary);
   if (reasons.length === 0) {
     await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));

@@ -11,6 +11,14 @@
  */
 export const LEAN_INLINE_MIN = 20;
 
+/**
+ * After the failover, the first delivery of a new event must come within this: the workers'
+ * deadline (queryTimeoutMs, 3 s in test/chaos/worker-options.ts) for the statements they had in
+ * flight, the LISTEN connection's check, a leader lease, and a wide margin for a loaded machine.
+ * Without the deadline they waited for TCP to give up, ~15 minutes.
+ */
+export const FAILOVER_RECOVERY_MAX_MS = 20_000;
+
 export interface ChaosSummary {
   lost: number;
   duplicateEffects: number;
@@ -24,6 +32,12 @@ export interface ChaosSummary {
     inlineAfterRestart: number | null;
     stuckJobs: number;
     discardedJobs: number;
+  };
+  failover: {
+    /** Worker connections the failover left silent: 0 means it was not staged. */
+    silenced: number;
+    /** From the failover to the first delivery of an event recorded after it; null: none was delivered. */
+    recoveredMs: number | null;
   };
   /** Workers that exited without being told to. */
   workerCrashes: number;
@@ -42,6 +56,10 @@ export function failures(s: ChaosSummary): string[] {
     discarded > 0 && `${discarded} jobs discarded`,
     s.lean.lost > 0 && `${s.lean.lost} lean events lost`,
     ...leanPathGaps(s.lean),
+    s.failover.silenced === 0 && 'the failover silenced no worker connection: it was not staged',
+    s.failover.recoveredMs === null && 'no event recorded after the failover was delivered',
+    s.failover.recoveredMs !== null && s.failover.recoveredMs > FAILOVER_RECOVERY_MAX_MS
+      && `deliveries resumed ${s.failover.recoveredMs} ms after the failover (at most ${FAILOVER_RECOVERY_MAX_MS} expected)`,
     s.workerCrashes > 0 && `${s.workerCrashes} workers crashed`,
     s.workersHungAtStop > 0 && `${s.workersHungAtStop} workers did not stop on SIGTERM`,
   ].filter((r): r is string => typeof r === 'string');

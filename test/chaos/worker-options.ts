@@ -4,7 +4,8 @@ export const url = process.env.CHAOS_DATABASE_URL!;
 export const schema = process.env.CHAOS_SCHEMA!;
 
 export const workerOptions = {
-  database: { postgres: url, poolSize: 4 },
+  // A short deadline (database.queryTimeoutMs), so the run's failover costs seconds, not 30 s.
+  database: { postgres: url, poolSize: 4, queryTimeoutMs: 3000 },
   schema,
   // Inline delivery on, so the no-loss claim covers it: plain handlers run in relay rounds.
   relay: { inlineMs: 50 },

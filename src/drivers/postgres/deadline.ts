@@ -1,14 +1,15 @@
-// A deadline on rea's own statements. A server that goes away without closing its connections (a
-// failover that moved its address, a network partition, a host that froze) leaves a statement
-// waiting for its answer until TCP gives up, some 15 minutes on Linux, and the relay, the worker
-// or the leader waiting with it: no event is delivered meanwhile. Past the deadline the connection
-// is closed and the statement fails as the database unreachable, which the loops treat as
-// transient: they retry on a new connection. The application's own SQL (tx.query, ctx.tx) has no
-// such deadline: how long it may take is the application's to say.
+// A deadline on the statements sent on rea's connections. A server that goes away without closing
+// its connections (a failover that moved its address, a network partition, a host that froze)
+// leaves a statement waiting for its answer until TCP gives up, some 15 minutes on Linux, and the
+// relay, the worker or the leader waiting with it: no event is delivered meanwhile. Past the
+// deadline the connection is closed and the statement fails as the database unreachable, which the
+// loops treat as transient: they retry on a new connection. The application's SQL in rea's
+// transactions (tx.query) has it too, or it would hold its pool connection just as long.
+// Migrations, VACUUM and scripts do not: they take as long as the tables need.
 import type pg from 'pg';
 import { DatabaseError } from '../../core/errors.js';
 
-/** How long rea waits for the answer to one of its own statements by default (database.queryTimeoutMs). */
+/** How long a statement on rea's connections waits for its answer by default (database.queryTimeoutMs). */
 export const QUERY_TIMEOUT_MS = 30_000;
 
 /** node-postgres's error when a query's query_timeout ran out (the connection is left waiting for the answer). */

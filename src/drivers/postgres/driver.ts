@@ -75,6 +75,8 @@ export class PostgresDriver implements Driver {
   private readonly queryTimeoutMs: number;
   /** The pool, with that deadline on every statement. */
   private readonly timed: PgQueryable;
+  /** The last statement sent (or waiting) on each LISTEN connection: the next one goes after it. */
+  private readonly listenerTails = new WeakMap<pg.Client, Promise<unknown>>();
   /** The pool's idle connections (its own list is not public): closed when a statement's deadline runs out. */
   private readonly idle = new Set<pg.PoolClient>();
 
@@ -133,7 +135,8 @@ export class PostgresDriver implements Driver {
 
   migrate(options?: MigrateOptions): Promise<{ applied: number[]; newer: number[] }> {
     return migrateRetryingLocks(
-      () => this.transaction((q) => runMigrations(q, (text) => q.query(text), this.schema, this.where)),
+      // No deadline: a migration takes as long as the table it alters needs.
+      () => this.transactionWithin(0, (q) => runMigrations(q, (text) => q.query(text), this.schema, this.where)),
       async () => (await this.pool.query(migrationStatements.lockHolders, [this.schema])).rows,
       this.schema,
       options,
@@ -144,7 +147,12 @@ export class PostgresDriver implements Driver {
     return checkMigrated(this.pool as unknown as Queryable, this.schema, this.where);
   }
 
-  async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
+  transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
+    return this.transactionWithin(this.queryTimeoutMs, fn, options);
+  }
+
+  /** A transaction whose statements each wait at most `ms` for their answer (0: for ever); see deadline.ts. */
+  private async transactionWithin<T>(ms: number, fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;
     // A checked-out client has no error listener of the pool's; without ours, a connection
@@ -154,12 +162,12 @@ export class PostgresDriver implements Driver {
       this.options.onError(err, 'transaction');
     };
     client.on('error', onError);
-    // BEGIN, COMMIT and rea's statements in between have the deadline; the application's SQL in
-    // the callback does not.
-    const ms = this.queryTimeoutMs;
+    // Every statement has the deadline, the application's in tx.query too: one that a failover
+    // left unanswered would otherwise hold its pool connection until TCP gave up, and enough of
+    // them would leave none for the relay. (tx.raw, the client itself, is the application's.)
     try {
       await client.query(withTimeout('BEGIN', undefined, ms));
-      const result = await fn(preparedQueryable(client, this.hot, ms), client);
+      const result = await fn(preparedQueryable(withDeadline(client as PgQueryable, ms, this.where), this.hot), client);
       // Ended inside the callback (a COMMIT on tx.raw): sent now, the events would be stored
       // on their own, outside it. A successful statement's reply comes with the connection's
       // status, so this is known by now.
@@ -171,7 +179,7 @@ export class PostgresDriver implements Driver {
       // recordMany goes in statements of bounded size first; its last part travels with COMMIT.
       const chunks = eventChunks(options?.pendingEvents?.() ?? []);
       const last = chunks.pop();
-      for (const chunk of chunks) await this.executor.eventInsertMany(preparedQueryable(client, this.hot, ms), chunk);
+      for (const chunk of chunks) await this.executor.eventInsertMany(preparedQueryable(withDeadline(client as PgQueryable, ms, this.where), this.hot), chunk);
       // A statement that failed and was caught inside the callback has aborted the transaction:
       // the events' insert is then refused (25P02, below), and a bare COMMIT answers ROLLBACK, no error.
       let committed: pg.QueryResult | pg.QueryResult[];
@@ -249,7 +257,7 @@ export class PostgresDriver implements Driver {
 
   async execScript(sql: string): Promise<void> {
     // Without parameters node-postgres uses the simple protocol, which runs several statements.
-    await this.transaction((q) => q.query(sql));
+    await this.transactionWithin(0, (q) => q.query(sql));
   }
 
   unwrapTransaction(tx: unknown): Queryable {
@@ -305,9 +313,7 @@ export class PostgresDriver implements Driver {
       // replaced when none comes (its error handler reconnects).
       if (this.queryTimeoutMs > 0) {
         heartbeat = setInterval(() => {
-          c.query(withTimeout(this.sql.backendPid, undefined, this.queryTimeoutMs)).catch((err: unknown) => {
-            if (isDeadlineError(err)) dropConnection(c);
-          });
+          this.onListener(c, this.sql.backendPid).catch(() => {});
         }, this.queryTimeoutMs);
         heartbeat.unref();
       }
@@ -392,12 +398,30 @@ export class PostgresDriver implements Driver {
     const listening = this.listeners.map((l) => l.client()).find((c) => c !== undefined);
     if (!listening) return false;
     try {
-      await listening.query(withTimeout(text, undefined, this.queryTimeoutMs));
+      await this.onListener(listening, text);
       return true;
-    } catch (err) {
-      if (isDeadlineError(err)) dropConnection(listening); // its error handler reconnects it
+    } catch {
       return false; // the listen connection just failed (its error handler reconnects it)
     }
+  }
+
+  /**
+   * One statement on a LISTEN connection, after those before it (wake-ups and its checks share it,
+   * and node-postgres wants one query at a time), within the deadline; past it, the connection is
+   * dropped and its error handler reconnects it.
+   */
+  private onListener(c: pg.Client, text: string): Promise<unknown> {
+    const run = async () => {
+      try {
+        return await c.query(withTimeout(text, undefined, this.queryTimeoutMs));
+      } catch (err) {
+        if (isDeadlineError(err)) dropConnection(c);
+        throw err;
+      }
+    };
+    const tail = (this.listenerTails.get(c) ?? Promise.resolve()).then(run, run);
+    this.listenerTails.set(c, tail.catch(() => {}));
+    return tail;
   }
 
   /** The wake-up connection of a process that does not listen; dropped when it fails, reopened on the next wake-up. */

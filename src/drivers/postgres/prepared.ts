@@ -13,11 +13,7 @@ import type { PgQueryable } from './deadline.js';
  */
 const namesBySet = new WeakMap<ReadonlySet<string>, Map<string, string>>();
 
-/**
- * `timeoutMs`: the deadline of rea's own statements (those named), on a connection where the
- * application's SQL runs too (a transaction's); the pools' deadline is withDeadline's.
- */
-export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>, timeoutMs = 0): Queryable {
+export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>): Queryable {
   const names = namesBySet.get(statements) ?? new Map<string, string>();
   namesBySet.set(statements, names);
   const nameFor = (text: string) => {
@@ -31,7 +27,7 @@ export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<s
   return {
     query: (text: string, params?: unknown[]) =>
       params && statements.has(text)
-        ? target.query(timeoutMs > 0 ? { name: nameFor(text), text, values: params, query_timeout: timeoutMs } : { name: nameFor(text), text, values: params })
+        ? target.query({ name: nameFor(text), text, values: params })
         : target.query(text, params),
   } as Queryable;
 }
