@@ -112,8 +112,8 @@ function startWorker(n: number, url: string): ChildProcess {
   const lean = n >= WORKERS;
   const child = spawn(process.execPath, ['--import', 'tsx', `${root}/bin/rea.js`, 'run', `${root}/test/chaos/${lean ? 'bus-lean' : 'bus'}.ts`, '--stop-timeout', '2000'], {
     cwd: root,
-    env: { ...process.env, CHAOS_DATABASE_URL: url, CHAOS_SCHEMA: lean ? leanSchema : schema, REA_LOG_LEVEL: process.env.CHAOS_WORKER_LOG ?? 'silent' },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, CHAOS_DATABASE_URL: url, CHAOS_EFFECTS_URL: URL_, CHAOS_SCHEMA: lean ? leanSchema : schema, REA_LOG_LEVEL: process.env.CHAOS_WORKER_LOG ?? 'silent' },
+    stdio: ['ignore', process.env.CHAOS_WORKER_LOG ? 'pipe' : 'ignore', 'pipe'],
   });
   child.on('exit', (code, signal) => {
     if (!expectedExit.has(child)) {
@@ -123,7 +123,9 @@ function startWorker(n: number, url: string): ChildProcess {
   });
   let ready!: () => void;
   readiness.set(child, new Promise<void>((resolve) => (ready = resolve)));
-  child.stderr!.pipe(createWriteStream(`${logDir}/worker-${n}-start-${++starts}.log`));
+  const file = createWriteStream(`${logDir}/worker-${n}-start-${++starts}.log`);
+  child.stderr!.pipe(file);
+  child.stdout?.pipe(file);
   child.stderr!.on('data', (d: Buffer) => {
     const line = d.toString().trim();
     if (line.includes('rea: running')) ready();
@@ -234,7 +236,10 @@ async function main(): Promise<void> {
       log('PostgreSQL is back');
     }
   }
-  // The failover, after the last kill: every worker now running must get through it on its own.
+  // The failover, after the last kill and once every worker runs (one still starting would open
+  // its connections after it, and carry the run alone): each must get through it on its own.
+  await Promise.race([Promise.all(workers.map((w) => readiness.get(w))), sleep(60_000).then(() => { throw new Error('the workers did not start within 60 s'); })]);
+  await sleep(500);
   const failedOverAt = new Date();
   const silenced = await proxy.failover();
   log(`failover: ${silenced} worker connections left silent; new ones reach the server`);
@@ -350,7 +355,7 @@ async function main(): Promise<void> {
   const reasons = failures(summary);
   if (reasons.length === 0) {
     await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));
-    rmSync(logDir, { recursive: true, force: true });
+    if (!process.env.CHAOS_WORKER_LOG) rmSync(logDir, { recursive: true, force: true });
   }
   if (reasons.length > 0) {
     console.error(`chaos: FAILED: ${reasons.join('; ')}; schemas kept for inspection: ${schema}, ${leanSchema}; workers' stderr in ${logDir}`);
