@@ -49,7 +49,12 @@ import { AttemptRetention } from './maintenance/attempt-retention.js';
 import { EndpointHealth } from './maintenance/endpoint-health.js';
 
 export type DatabaseOptions =
-  | { postgres: string | pg.Pool; poolSize?: number; queryTimeoutMs?: number }
+  | {
+    postgres: string | pg.Pool;
+    poolSize?: number;
+    /** How long a statement on rea's connections waits for its answer before rea closes that connection (default 30 s; 0: for ever). */
+    queryTimeoutMs?: number;
+  }
   | { pglite: string | PGlite }
   | { driver: Driver };
 

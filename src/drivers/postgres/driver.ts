@@ -20,7 +20,7 @@ export interface PostgresDriverOptions {
   schema: string;
   /** Pool size when rea creates the pool. */
   poolSize: number;
-  /** How long rea waits for the answer to one of its own statements before it closes the connection (default QUERY_TIMEOUT_MS); 0: for ever. */
+  /** How long a statement on rea's connections waits for its answer before rea closes the connection (default QUERY_TIMEOUT_MS); 0: for ever. */
   queryTimeoutMs?: number;
   onError: (err: Error, where: string) => void;
 }
@@ -71,7 +71,7 @@ export class PostgresDriver implements Driver {
   private readonly where: string;
   /** rea's own statements, run as named prepared statements. */
   private readonly hot: ReadonlySet<string>;
-  /** How long one of rea's statements waits for its answer (see deadline.ts); 0: for ever. */
+  /** How long a statement on rea's connections waits for its answer (see deadline.ts); 0: for ever. */
   private readonly queryTimeoutMs: number;
   /** The pool, with that deadline on every statement. */
   private readonly timed: PgQueryable;
@@ -125,8 +125,7 @@ export class PostgresDriver implements Driver {
     // rea's statements on the pool wait at most queryTimeoutMs for their answer (see deadline.ts);
     // the admin API's are asked for by a person (and /healthz has its own timeout), VACUUM takes
     // as long as the table needs.
-    const timed = withDeadline(this.pool as PgQueryable, this.queryTimeoutMs, this.where);
-    this.timed = timed;
+    const timed = (this.timed = withDeadline(this.pool as PgQueryable, this.queryTimeoutMs, this.where));
     this.executor = new PostgresExecutor(preparedQueryable(timed, this.hot), this.sql);
     this.admin = new PostgresAdminExecutor(this.pool, s, (fn, timeoutMs) => this.healthRun(fn, timeoutMs));
     this.webhooks = new PostgresWebhookExecutor(timed as Queryable, s);
