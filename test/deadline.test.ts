@@ -128,6 +128,21 @@ it.runIf(postgresTarget.available)('the application\'s SQL in rea\'s transaction
   expect(await postgresTarget.query(`select count(*)::int as n from "${unbounded.schema}".events`)).toEqual([{ n: 1 }]);
 }, 20_000);
 
+it.runIf(postgresTarget.available)('a transactional handler\'s own SQL is bounded by its timeout, not the deadline: a statement longer than queryTimeoutMs completes, and the job with it', async () => {
+  const bus = await testBus(postgresTarget, events, { database: { postgres: PG_URL, poolSize: 3, queryTimeoutMs: 300 } } as never);
+  await postgresTarget.query(`create table "${bus.schema}".slow_effects (order_no text primary key)`);
+  bus.on('order.created', 'report', async (e, ctx) => {
+    // Before: DatabaseError at 300 ms on every attempt, though the handler has 10 s.
+    await ctx.tx!.query(`insert into "${bus.schema}".slow_effects select $1 from pg_sleep(0.8)`, [e.payload.orderNo]);
+  }, { transactional: true, timeoutMs: 10_000, maxAttempts: 1 });
+  const done = bus.lifecycle.waitFor('job:completed', (j) => j.handler === 'report', 15_000);
+  const failed = bus.lifecycle.waitFor('job:discarded', (j) => j.handler === 'report', 15_000).then((j) => { throw new Error(`discarded: ${j.error}`); });
+  await bus.start();
+  await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'F1' }));
+  await Promise.race([done, failed]);
+  expect(await postgresTarget.query(`select order_no from "${bus.schema}".slow_effects`)).toEqual([{ order_no: 'F1' }]);
+}, 30_000);
+
 it.runIf(postgresTarget.available)('migrations keep no deadline: they take as long as the tables they alter need', async () => {
   // 1 ms: every statement of a migration takes longer; with the deadline, migrate() failed.
   const bus = createBus({ database: { postgres: PG_URL, poolSize: 2, queryTimeoutMs: 1 }, schema: `t_${Date.now().toString(36)}_mig`, events });

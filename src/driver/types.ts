@@ -17,6 +17,8 @@ export interface TransactionOptions {
    * True once fn was cut short by its job's abort (a transactional handler's timeout, a stop): its
    * statement may still be running and the handler may still write through the raw handle, so
    * the driver cancels the statement and drops the connection rather than queue a ROLLBACK behind it.
+   * Given, it also means the caller bounds fn: the application's statements in it then get no
+   * statement deadline of the driver's (rea's own still do).
    */
   aborted?: () => boolean;
 }

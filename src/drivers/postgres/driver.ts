@@ -163,10 +163,16 @@ export class PostgresDriver implements Driver {
     client.on('error', onError);
     // Every statement has the deadline, the application's in tx.query too: one that a failover
     // left unanswered would otherwise hold its pool connection until TCP gave up, and enough of
-    // them would leave none for the relay. (tx.raw, the client itself, is the application's.)
+    // them would leave none for the relay. (tx.raw, the client itself, is the application's.) But
+    // where the caller bounds the callback itself (`aborted`: a transactional handler, cut off at
+    // its timeout and its connection dropped), the application's statements are left to that
+    // bound: a handler given 10 minutes may run a statement longer than the deadline.
+    const q = options?.aborted
+      ? preparedQueryable(client as PgQueryable, this.hot, ms)
+      : preparedQueryable(withDeadline(client as PgQueryable, ms, this.where), this.hot);
     try {
       await client.query(withTimeout('BEGIN', undefined, ms));
-      const result = await fn(preparedQueryable(withDeadline(client as PgQueryable, ms, this.where), this.hot), client);
+      const result = await fn(q, client);
       // Ended inside the callback (a COMMIT on tx.raw): sent now, the events would be stored
       // on their own, outside it. A successful statement's reply comes with the connection's
       // status, so this is known by now.
@@ -178,7 +184,7 @@ export class PostgresDriver implements Driver {
       // recordMany goes in statements of bounded size first; its last part travels with COMMIT.
       const chunks = eventChunks(options?.pendingEvents?.() ?? []);
       const last = chunks.pop();
-      for (const chunk of chunks) await this.executor.eventInsertMany(preparedQueryable(withDeadline(client as PgQueryable, ms, this.where), this.hot), chunk);
+      for (const chunk of chunks) await this.executor.eventInsertMany(q, chunk);
       // A statement that failed and was caught inside the callback has aborted the transaction:
       // the events' insert is then refused (25P02, below), and a bare COMMIT answers ROLLBACK, no error.
       let committed: pg.QueryResult | pg.QueryResult[];

@@ -13,7 +13,8 @@ import type { PgQueryable } from './deadline.js';
  */
 const namesBySet = new WeakMap<ReadonlySet<string>, Map<string, string>>();
 
-export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>): Queryable {
+/** `namedTimeoutMs`: the deadline of rea's own (named) statements where the target gives the rest none (see deadline.ts). */
+export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<string>, namedTimeoutMs = 0): Queryable {
   const names = namesBySet.get(statements) ?? new Map<string, string>();
   namesBySet.set(statements, names);
   const nameFor = (text: string) => {
@@ -27,7 +28,7 @@ export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<s
   return {
     query: (text: string, params?: unknown[]) =>
       params && statements.has(text)
-        ? target.query({ name: nameFor(text), text, values: params })
+        ? target.query(namedTimeoutMs > 0 ? { name: nameFor(text), text, values: params, query_timeout: namedTimeoutMs } : { name: nameFor(text), text, values: params })
         : target.query(text, params),
   } as Queryable;
 }
