@@ -37,7 +37,7 @@ export function dropConnection(client: pg.ClientBase): void {
 
 /** The error a statement past its deadline fails with (transient: DatabaseError 'unreachable'). */
 export function deadlineError(where: string, ms: number, cause: unknown, after = ''): DatabaseError {
-  return new DatabaseError('unreachable', `no answer from ${where} within ${ms} ms (database.queryTimeoutMs) to one of rea's statements; `
+  return new DatabaseError('unreachable', `no answer from ${where} to a statement within ${ms} ms (database.queryTimeoutMs); `
     + `the connection was closed${after}`, { cause });
 }
 
@@ -45,6 +45,16 @@ export function deadlineError(where: string, ms: number, cause: unknown, after =
 export function withTimeout(config: QueryConfig | string, values: unknown[] | undefined, ms: number): QueryConfig {
   const c = typeof config === 'string' ? { text: config, values } : config;
   return ms > 0 ? { ...c, query_timeout: ms } : c;
+}
+
+/** One statement on a connection rea holds outside the pool, within `ms`; past it, the connection is dropped (its error handler takes over). */
+export async function queryWithin(c: pg.Client, text: string, ms: number): Promise<unknown> {
+  try {
+    return await c.query(withTimeout(text, undefined, ms));
+  } catch (err) {
+    if (isDeadlineError(err)) dropConnection(c);
+    throw err;
+  }
 }
 
 /**

@@ -11,7 +11,7 @@ import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
 import { PostgresOperationsExecutor } from './executor-operations.js';
 import { preparedQueryable, statementSet } from './prepared.js';
-import { deadlineError, dropConnection, QUERY_TIMEOUT_MS, isDeadlineError, withDeadline, withTimeout, type PgQueryable } from './deadline.js';
+import { deadlineError, dropConnection, QUERY_TIMEOUT_MS, isDeadlineError, queryWithin, withDeadline, withTimeout, type PgQueryable } from './deadline.js';
 import { migrationStatements, postgresStatements, wakeupNotify } from './sql.js';
 
 export interface PostgresDriverOptions {
@@ -384,11 +384,8 @@ export class PostgresDriver implements Driver {
     if (this.closed) return;
     const used = this.notifier ?? this.connectNotifier();
     try {
-      const c = await used;
-      await c.query(withTimeout(text, undefined, this.queryTimeoutMs)).catch((err: unknown) => {
-        if (isDeadlineError(err)) dropConnection(c); // its error handler retires it; the next wake-up opens another
-        throw err;
-      });
+      // Past the deadline the connection is dropped: its error handler retires it, and the next wake-up opens another.
+      await queryWithin(await used, text, this.queryTimeoutMs);
     } catch (err) {
       if (this.closed) return; // a wake-up cut short by close() is no failure
       // A LISTEN connection that came up while this wake-up was in flight retires the notifier
@@ -416,14 +413,7 @@ export class PostgresDriver implements Driver {
    * dropped and its error handler reconnects it.
    */
   private onListener(c: pg.Client, text: string): Promise<unknown> {
-    const run = async () => {
-      try {
-        return await c.query(withTimeout(text, undefined, this.queryTimeoutMs));
-      } catch (err) {
-        if (isDeadlineError(err)) dropConnection(c);
-        throw err;
-      }
-    };
+    const run = () => queryWithin(c, text, this.queryTimeoutMs);
     const tail = (this.listenerTails.get(c) ?? Promise.resolve()).then(run, run);
     this.listenerTails.set(c, tail.catch(() => {}));
     return tail;

@@ -4,7 +4,7 @@
 // statement cache cannot grow without bound.
 import { createHash } from 'node:crypto';
 import type { Queryable } from '../../driver/types.js';
-import type { PgQueryable } from './deadline.js';
+import { withTimeout, type PgQueryable } from './deadline.js';
 
 /**
  * Statement names by statement set (one set per driver): a transaction or a caller's client gets a
@@ -28,7 +28,7 @@ export function preparedQueryable(target: PgQueryable, statements: ReadonlySet<s
   return {
     query: (text: string, params?: unknown[]) =>
       params && statements.has(text)
-        ? target.query(namedTimeoutMs > 0 ? { name: nameFor(text), text, values: params, query_timeout: namedTimeoutMs } : { name: nameFor(text), text, values: params })
+        ? target.query(withTimeout({ name: nameFor(text), text, values: params }, undefined, namedTimeoutMs))
         : target.query(text, params),
   } as Queryable;
 }
