@@ -5,7 +5,8 @@
 // application's SQL in rea's transactions has it too; migrations do not.
 import { expect, it } from 'vitest';
 import { z } from 'zod';
-import { createBus, DatabaseError, defineEvents, OptionsError } from '../src/index.js';
+import { createAdminHandler, createBus, DatabaseError, defineEvents, OptionsError } from '../src/index.js';
+import { bearer, call, serve, TOKEN } from './helpers/admin.js';
 import { PG_URL, postgresTarget, testBus } from './helpers/db.js';
 import { stallingProxy } from './helpers/faults.js';
 
@@ -141,6 +142,33 @@ it.runIf(postgresTarget.available)('a transactional handler\'s own SQL is bounde
   await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'F1' }));
   await Promise.race([done, failed]);
   expect(await postgresTarget.query(`select order_no from "${bus.schema}".slow_effects`)).toEqual([{ order_no: 'F1' }]);
+}, 30_000);
+
+it.runIf(postgresTarget.available)('the admin API\'s reads have the deadline: through a failover a panel\'s requests answer 503 and hold no pool connection, so the bus goes on', async () => {
+  const proxy = await stallingProxy();
+  // connect_timeout 1 s: a request that finds no connection opens one, which waits through the stall too.
+  const url = new URL(withPassword(proxy.url));
+  url.searchParams.set('connect_timeout', '1');
+  const bus = await testBus(postgresTarget, events, { database: { postgres: url.toString(), poolSize: 2, queryTimeoutMs: DEADLINE_MS } } as never);
+  await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'G1' }));
+  const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN } }));
+  expect((await call(s.url, 'GET', '/api/events', { headers: bearer() })).status).toBe(200);
+
+  proxy.stall();
+  // More requests than the pool has connections, as a panel's refreshes make. Before: each waited
+  // on its silent connection until TCP gave up, holding it, and the bus had none left.
+  const t = Date.now();
+  const replies = await Promise.all([0, 1, 2].map(() => call(s.url, 'GET', '/api/events', { headers: bearer() })));
+  expect(replies.map((r) => r.status)).toEqual([503, 503, 503]);
+  expect(replies[0]!.json.error).toMatchObject({ code: 'ERR_DATABASE' });
+  expect(replies.map((r) => r.text).join('')).not.toContain('hunter2');
+  expect(Date.now() - t).toBeLessThan(DEADLINE_MS * 4);
+
+  proxy.recoverForNewConnectionsOnly();
+  await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'G2' }));
+  const listed = await call(s.url, 'GET', '/api/events', { headers: bearer() });
+  expect(listed.status).toBe(200);
+  expect(JSON.stringify(listed.json)).toContain('G2');
 }, 30_000);
 
 it.runIf(postgresTarget.available)('migrations keep no deadline: they take as long as the tables they alter need', async () => {

@@ -5,7 +5,8 @@
 // deadline the connection is closed and the statement fails as the database unreachable, which the
 // loops treat as transient: they retry on a new connection. The application's SQL in rea's
 // transactions (tx.query) has it too, or it would hold its pool connection just as long.
-// Migrations, VACUUM and scripts do not: they take as long as the tables need.
+// The admin API's statements have it too. Migrations, VACUUM and scripts do not: they take as long
+// as the tables need.
 import type pg from 'pg';
 import { DatabaseError } from '../../core/errors.js';
 

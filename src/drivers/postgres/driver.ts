@@ -122,12 +122,13 @@ export class PostgresDriver implements Driver {
       else this.idle.add(client);
     });
     this.hot = statementSet(this.sql);
-    // rea's statements on the pool wait at most queryTimeoutMs for their answer (see deadline.ts);
-    // the admin API's are asked for by a person (and /healthz has its own timeout), VACUUM takes
-    // as long as the table needs.
+    // rea's statements on the pool wait at most queryTimeoutMs for their answer (see deadline.ts),
+    // the admin API's too: a panel left open through a failover would otherwise hold a pool
+    // connection per request until TCP gave up, and leave none for the relay. /healthz has its
+    // own timeout and connection; VACUUM takes as long as the table needs.
     const timed = (this.timed = withDeadline(this.pool as PgQueryable, this.queryTimeoutMs, this.where));
     this.executor = new PostgresExecutor(preparedQueryable(timed, this.hot), this.sql);
-    this.admin = new PostgresAdminExecutor(this.pool, s, (fn, timeoutMs) => this.healthRun(fn, timeoutMs));
+    this.admin = new PostgresAdminExecutor(timed as Queryable, s, (fn, timeoutMs) => this.healthRun(fn, timeoutMs));
     this.webhooks = new PostgresWebhookExecutor(timed as Queryable, s);
     this.operations = new PostgresOperationsExecutor(timed as Queryable, options.schema, s, (fn) => this.transaction(fn), this.pool);
   }
@@ -136,14 +137,14 @@ export class PostgresDriver implements Driver {
     return migrateRetryingLocks(
       // No deadline: a migration takes as long as the table it alters needs.
       () => this.transactionWithin(0, (q) => runMigrations(q, (text) => q.query(text), this.schema, this.where)),
-      async () => (await this.pool.query(migrationStatements.lockHolders, [this.schema])).rows,
+      async () => (await this.timed.query(migrationStatements.lockHolders, [this.schema])).rows,
       this.schema,
       options,
     );
   }
 
   checkMigrated(): Promise<{ newer: number[] }> {
-    return checkMigrated(this.pool as unknown as Queryable, this.schema, this.where);
+    return checkMigrated(this.timed as Queryable, this.schema, this.where);
   }
 
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
