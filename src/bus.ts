@@ -54,6 +54,16 @@ export type DatabaseOptions =
     poolSize?: number;
     /** How long a statement on rea's connections waits for its answer before rea closes that connection (default 30 s; 0: for ever). */
     queryTimeoutMs?: number;
+    /**
+     * 'transaction': `postgres` reaches PostgreSQL through a pooler in transaction mode (PgBouncer,
+     * RDS Proxy, Supavisor): rea's statements go unprepared, and `listen` must be given.
+     */
+    pooler?: 'transaction';
+    /**
+     * The LISTEN connection's own connection string, straight to PostgreSQL (past the pooler), or
+     * false: no LISTEN, so other processes' events and jobs are found by polling. Default: `postgres`.
+     */
+    listen?: string | false;
   }
   | { pglite: string | PGlite }
   | { driver: Driver };
@@ -879,6 +889,7 @@ function makeDriver(database: DatabaseOptions, schema: string, poolSize: number,
   if (kind === 'postgres' && 'postgres' in database) {
     return new PostgresDriver({
       connection: database.postgres, schema, poolSize: database.poolSize ?? poolSize, queryTimeoutMs: database.queryTimeoutMs,
+      pooler: database.pooler, listen: database.listen,
       onError: (err, where) => log.warn({ err: err.message, where }, 'database connection error'),
     });
   }

@@ -6,30 +6,14 @@ import { join } from 'node:path';
 import { Webhook } from 'standardwebhooks';
 import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
-import { main } from '../src/cli/main.js';
 import { defineEvents } from '../src/index.js';
 import { PG_URL, postgresTarget, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
+import { rea } from './helpers/cli.js';
 
 const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
 const quiet = { relay: { enabled: false }, worker: { enabled: false } } as const;
 
-async function rea(...args: string[]): Promise<{ out: string; err: string; code: number }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const log = vi.spyOn(console, 'log').mockImplementation((...m: unknown[]) => void out.push(m.join(' ')));
-  const error = vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void err.push(m.join(' ')));
-  const before = process.exitCode;
-  process.exitCode = undefined;
-  try {
-    await main(['node', 'rea', ...args]);
-    return { out: out.join('\n'), err: err.join('\n'), code: Number(process.exitCode ?? 0) };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-    process.exitCode = before;
-  }
-}
 
 afterEach(() => vi.restoreAllMocks());
 

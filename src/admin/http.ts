@@ -111,6 +111,7 @@ const DATABASE_PROBLEM: Record<DatabaseError['kind'], string> = {
   'not-migrated': "rea's tables are not in this schema yet: run the migrations",
   'too-new': 'a newer rea migrated this schema in a way this rea must not run against: upgrade it',
   'locked': 'the embedded database is open in another process',
+  'pooler': 'a pooler in transaction mode sits between rea and the database, and rea was not told (database.pooler)',
 };
 
 /**

@@ -13,13 +13,15 @@ export interface ConnectionFlags {
   databaseUrl?: string;
   pglite?: string;
   schema?: string;
+  pooler?: string;
 }
 
 export function addConnectionFlags(cmd: Command): Command {
   return cmd
     .option('--database-url <url>', 'PostgreSQL connection string (env DATABASE_URL)')
     .option('--pglite <dir>', 'use an embedded PGlite data directory instead (env REA_PGLITE)')
-    .option('--schema <name>', "schema holding rea's tables (env REA_SCHEMA, default rea)");
+    .option('--schema <name>', "schema holding rea's tables (env REA_SCHEMA, default rea)")
+    .option('--pooler <mode>', "'transaction' when the URL goes through a pooler in transaction mode, e.g. PgBouncer (env REA_POOLER)");
 }
 
 /**
@@ -34,10 +36,17 @@ export function resolveConnection(flags: ConnectionFlags, options: { create?: bo
   const schema = flags.schema ?? process.env.REA_SCHEMA ?? 'rea';
   checkSchemaName(schema, flags.schema !== undefined ? '--schema' : 'REA_SCHEMA');
   const url = flags.databaseUrl ?? (flags.pglite ? undefined : process.env.DATABASE_URL);
+  const pooler = flags.pooler ?? (process.env.REA_POOLER || undefined);
+  const poolerField = flags.pooler !== undefined ? '--pooler' : 'REA_POOLER';
+  if (pooler !== undefined && pooler !== 'transaction') {
+    throw new OptionsError(poolerField, `'transaction' is the one value (a pooler in session mode needs none), not '${pooler}'`);
+  }
   if (url) {
     checkConnectionString(url, flags.databaseUrl !== undefined ? '--database-url' : 'DATABASE_URL');
-    return { database: { postgres: url, poolSize: 4 }, schema };
+    // The CLI's buses never start, so they need no LISTEN (database.listen).
+    return { database: { postgres: url, poolSize: 4, ...(pooler ? { pooler, listen: false } : {}) }, schema };
   }
+  if (pooler !== undefined && flags.pooler !== undefined) throw new OptionsError('--pooler', 'only with --database-url (or DATABASE_URL): PGlite has no pooler');
   const dir = flags.pglite ?? process.env.REA_PGLITE;
   if (dir) {
     if (!options.create && !dir.startsWith('memory://') && !existsSync(join(dir, 'PG_VERSION'))) {

@@ -112,11 +112,12 @@ export class HandlerInUseError extends BusStateError {
  * The database could not be used: `unreachable` (nothing answers there now: worth retrying),
  * `refused` (it answered no: authentication, a database that does not exist), `not-migrated`
  * (rea's tables are missing from the schema), `too-new` (a newer rea migrated the schema in a
- * way this one must not run against) or `locked` (a PGlite directory another process has open:
- * DataDirLockedError). The driver's own error is the `cause`.
+ * way this one must not run against), `locked` (a PGlite directory another process has open:
+ * DataDirLockedError) or `pooler` (a pooler in transaction mode that rea was not told of, see
+ * database.pooler; retried, as nothing is wrong with what was asked). The driver's own error is the `cause`.
  */
 export class DatabaseError extends ReaError {
-  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated' | 'too-new' | 'locked', message: string, options?: { cause?: unknown }) {
+  constructor(readonly kind: 'unreachable' | 'refused' | 'not-migrated' | 'too-new' | 'locked' | 'pooler', message: string, options?: { cause?: unknown }) {
     super('ERR_DATABASE', message, options);
   }
 }

@@ -279,12 +279,25 @@ function databaseValueProblem(kind: DatabaseKindName, value: unknown): string | 
  * and { postgress: url } said only which shapes exist, not which key was wrong.
  */
 const databaseKinds = {
-  postgres: z.object({ postgres: databaseValue('postgres'), poolSize: poolSizeSchema.optional(), queryTimeoutMs: nonNegInt.max(MAX_TIMER_MS).optional() }).strict(),
+  postgres: z.object({
+    postgres: databaseValue('postgres'),
+    poolSize: poolSizeSchema.optional(),
+    queryTimeoutMs: nonNegInt.max(MAX_TIMER_MS).optional(),
+    pooler: z.literal('transaction', { error: "'transaction' is the one value (a pooler in session mode needs no setting)" }).optional(),
+    listen: z.union([z.string().min(1), z.literal(false)], { error: 'pass a postgres:// connection string straight to PostgreSQL, or false (no LISTEN: other processes\' events are found by polling)' }).optional(),
+  }).strict().superRefine((o, ctx) => {
+    // LISTEN through a transaction pooler is lost: the pooler hands the LISTEN's server connection
+    // to the next client and the notifications go with it (or, worse, to that client). Every
+    // wake-up from another process would then wait for a poll, without a word: so it is a choice.
+    if (o.pooler === 'transaction' && o.listen === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['listen'], message: 'LISTEN does not work through a pooler in transaction mode: pass listen: a connection string straight to PostgreSQL (wake-ups within ms), or listen: false (other processes\' events are found by polling, up to maxPollMs later)' });
+    }
+  }),
   pglite: z.object({ pglite: databaseValue('pglite') }).strict(),
   driver: z.object({ driver: databaseValue('driver') }).strict(),
 };
 export type DatabaseKind = keyof typeof databaseKinds;
-const DATABASE_SHAPES = 'pass { postgres: url, poolSize?, queryTimeoutMs? }, { pglite: dir } or { driver }';
+const DATABASE_SHAPES = 'pass { postgres: url, poolSize?, queryTimeoutMs?, pooler?, listen? }, { pglite: dir } or { driver }';
 
 /** The kind of a createBus `database` option, or an OptionsError naming the key that is wrong. */
 export function checkDatabaseOptions(database: unknown): DatabaseKind {

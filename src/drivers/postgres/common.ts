@@ -186,7 +186,9 @@ const CONNECTION_CODES = new Set(['53300', '57P01', '57P02', '57P03', '25P03', '
 
 /** Errors that say nothing about the row being processed: the connection or server is the problem. */
 export function isTransientPostgresError(err: unknown): boolean {
-  if (err instanceof DatabaseError) return err.kind === 'unreachable';
+  // 'pooler': a misconfiguration that fails statements wherever they land, not a fault of an
+  // event or a job's (the relay would otherwise poison the events it meets, one by one).
+  if (err instanceof DatabaseError) return err.kind === 'unreachable' || err.kind === 'pooler';
   if (typeof err !== 'object' || err === null) return false;
   return isConnectionError(err) || TRANSIENT_CODES.has(String((err as { code?: unknown }).code ?? ''));
 }

@@ -11,6 +11,7 @@ import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
 import { PostgresOperationsExecutor } from './executor-operations.js';
 import { preparedQueryable, statementSet } from './prepared.js';
+import { cancelKeyOf, sendCancelRequest } from './cancel.js';
 import { deadlineError, dropConnection, QUERY_TIMEOUT_MS, isDeadlineError, queryWithin, withDeadline, withTimeout, type PgQueryable } from './deadline.js';
 import { migrationStatements, postgresStatements, wakeupNotify } from './sql.js';
 
@@ -22,6 +23,10 @@ export interface PostgresDriverOptions {
   poolSize: number;
   /** How long a statement on rea's connections waits for its answer before rea closes the connection (default QUERY_TIMEOUT_MS); 0: for ever. */
   queryTimeoutMs?: number;
+  /** 'transaction': `connection` goes through a pooler in transaction mode, so no statement is prepared by name. */
+  pooler?: 'transaction';
+  /** The LISTEN (and wake-up) connection's own connection string, or false: no LISTEN. Default: `connection`'s. */
+  listen?: string | false;
   onError: (err: Error, where: string) => void;
 }
 
@@ -57,6 +62,8 @@ export class PostgresDriver implements Driver {
   private readonly connectionString: string | undefined;
   /** Connect timeout and keepalive of the connections rea opens from a connection string. */
   private readonly socket: SocketSettings | undefined;
+  /** The same, of database.listen's connection string. */
+  private readonly listenSocket: SocketSettings | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   private listeners: { close: () => Promise<void>; client: () => pg.Client | undefined }[] = [];
   /** Wake-ups waiting for the one in flight (on the LISTEN or the wake-up connection), by channel and payload. */
@@ -85,6 +92,10 @@ export class PostgresDriver implements Driver {
     this.queryTimeoutMs = options.queryTimeoutMs ?? QUERY_TIMEOUT_MS;
     const s = quoteSchema(options.schema);
     this.sql = postgresStatements(s);
+    if (typeof options.listen === 'string') {
+      checkConnectionString(options.listen, 'database.listen');
+      this.listenSocket = socketSettings(options.listen, 'database.listen');
+    }
     if (typeof options.connection === 'string') {
       checkConnectionString(options.connection, 'database.postgres');
       this.connectionString = options.connection;
@@ -121,7 +132,10 @@ export class PostgresDriver implements Driver {
       if (isDeadlineError(err)) this.dropAfterDeadline(client);
       else this.idle.add(client);
     });
-    this.hot = statementSet(this.sql);
+    // Behind a pooler in transaction mode each statement may run on another server connection,
+    // where a statement prepared on the last one does not exist (or one of the same name does):
+    // none is prepared by name there (see prepared.ts).
+    this.hot = options.pooler === 'transaction' ? new Set() : statementSet(this.sql);
     // rea's statements on the pool wait at most queryTimeoutMs for their answer (see deadline.ts),
     // the admin API's too: a panel left open through a failover would otherwise hold a pool
     // connection per request until TCP gave up, and leave none for the relay. /healthz has its
@@ -235,21 +249,11 @@ export class PostgresDriver implements Driver {
     this.idle.clear();
   }
 
-  /** Cancel what `client` is running, from a connection of its own (the pool may be full); at most CANCEL_WAIT_MS. */
+  /** Cancel what `client` is running (a CancelRequest, see cancel.ts); waits at most CANCEL_WAIT_MS. */
   private async cancelStatement(client: pg.PoolClient): Promise<void> {
-    const pid = (client as unknown as { processID: number | null }).processID;
-    if (pid === null) return;
-    const c = this.ownClient('rea-cancel');
-    c.on('error', () => {}); // an error here is reported below, once
-    let timer: NodeJS.Timeout | undefined;
-    const gaveUp = new Promise<void>((r) => (timer = setTimeout(r, CANCEL_WAIT_MS)));
-    const cancelled = c.connect().then(() => c.query(this.sql.backendCancel, [pid])).then(
-      () => {},
-      (err: unknown) => this.options.onError(err as Error, 'cancel'),
-    );
-    await Promise.race([cancelled, gaveUp]);
-    clearTimeout(timer);
-    c.end().catch(() => {});
+    const key = cancelKeyOf(client);
+    if (!key) return;
+    await sendCancelRequest(key, CANCEL_WAIT_MS).catch((err: unknown) => this.options.onError(err as Error, 'cancel'));
   }
 
   /** The events insert with its values as escaped literals, for the simple protocol (no parameters). */
@@ -286,12 +290,14 @@ export class PostgresDriver implements Driver {
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
+    // database.listen: false. Wake-ups from other processes are not heard; the polls find their work.
+    if (this.options.listen === false) return async () => {};
     let closed = false;
     let client: pg.Client | undefined;
     let retryTimer: NodeJS.Timeout | undefined;
     let heartbeat: NodeJS.Timeout | undefined;
     const connect = async (): Promise<void> => {
-      const c = this.ownClient('rea-listen');
+      const c = this.ownClient('rea-listen', 'listen');
       let ownPid: number | undefined;
       c.on('notification', (msg) => {
         // PostgreSQL also delivers a session's own NOTIFY to it. Wake-ups go out on this very
@@ -422,7 +428,7 @@ export class PostgresDriver implements Driver {
 
   /** The wake-up connection of a process that does not listen; dropped when it fails, reopened on the next wake-up. */
   private connectNotifier(): Promise<pg.Client> {
-    const c = this.ownClient('rea-notify');
+    const c = this.ownClient('rea-notify', 'listen');
     const opened = c.connect().then(() => c);
     this.notifier = opened;
     c.on('error', (err) => {
@@ -481,8 +487,11 @@ export class PostgresDriver implements Driver {
     (health.client as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
   }
 
-  /** A connection outside the pool, with the pool's settings. */
-  private ownClient(applicationName: string): pg.Client {
+  /** A connection outside the pool, with the pool's settings, or database.listen's for the LISTEN and wake-up connections. */
+  private ownClient(applicationName: string, use?: 'listen'): pg.Client {
+    if (use === 'listen' && typeof this.options.listen === 'string') {
+      return new pg.Client({ connectionString: this.options.listen, application_name: applicationName, ...this.listenSocket });
+    }
     return this.connectionString
       ? new pg.Client({ connectionString: this.connectionString, application_name: applicationName, ...this.socket })
       : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: applicationName });

@@ -668,9 +668,6 @@ where name = 'default' and leader_id = $1`,
     notify: /* sql */ `select pg_notify($1, $2)`,
 
     backendPid: /* sql */ `select pg_backend_pid() as pid`,
-
-    // From a connection of its own: the statement of a transaction its job's abort cut short.
-    backendCancel: /* sql */ `select pg_cancel_backend($1)`,
   };
 }
 
