@@ -1,7 +1,7 @@
 // rea/testing: assertions on what a transaction recorded, and running one handler directly.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, HandlerTimeoutError, OptionsError, PayloadValidationError, WorkerStoppingError } from '../src/index.js';
+import { defineEvents, HandlerTimeoutError, OptionsError, PayloadValidationError, UnsupportedTransactionError, WorkerStoppingError } from '../src/index.js';
 import { expectRecorded, HandlerTimeoutError as TestingHandlerTimeoutError, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
 import { describeTargets, testBus } from './helpers/db.js';
@@ -49,6 +49,26 @@ describeTargets('rea/testing on $name', (target) => {
       await expectRecorded(bus, tx, 'order.paid', { orderNo: 'IN-SAVEPOINT' });
       await expect(expectRecorded(bus, tx, 'order.paid', { orderNo: 'OTHER' })).rejects.toThrow(/expected this transaction to record/);
     });
+  });
+
+  it.skipIf(!target.available)('recordedIn and expectRecorded, given no open transaction, say so in their own name', async () => {
+    const bus = await testBus(target, events);
+    let ended: unknown;
+    await bus.transaction(async (tx) => {
+      ended = tx;
+    });
+    // Before, both said 'record() was given…', a function the test never called.
+    for (const [caller, call] of [
+      ['recordedIn()', (tx: unknown) => recordedIn(bus, tx)],
+      ['expectRecorded()', (tx: unknown) => expectRecorded(bus, tx, 'order.created')],
+    ] as const) {
+      const notTx = await call({}).catch((e: unknown) => e);
+      expect(notTx).toBeInstanceOf(UnsupportedTransactionError);
+      expect((notTx as Error).message).toContain(`${caller} needs a transaction: `);
+      const late = await call(ended).catch((e: unknown) => e);
+      expect(late).toBeInstanceOf(UnsupportedTransactionError);
+      expect((late as Error).message).toBe(`${caller} was given a rea transaction that has already ended`);
+    }
   });
 
   it.skipIf(!target.available)('runHandlerNow calls a registered handler with a full context', async () => {

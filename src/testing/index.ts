@@ -17,7 +17,12 @@ export { HandlerTimeoutError };
 
 /** The events recorded so far in `tx` (still uncommitted), oldest first. */
 export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]> {
-  return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx));
+  return listRecorded(bus, tx, 'recordedIn()');
+}
+
+/** recordedIn's list; a handle that is no open transaction is refused naming `caller`, the helper the test called. */
+function listRecorded(bus: Bus<any>, tx: unknown, caller: string): Promise<EventRow[]> {
+  return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx, caller));
 }
 
 /**
@@ -36,7 +41,7 @@ export type PartialPayload<T> = T extends readonly (infer U)[]
 export async function expectRecorded<S extends EventSchemas, T extends EventType<S>>(
   bus: Bus<S>, tx: unknown, type: T, payload?: PartialPayload<PayloadOutput<S, T>>,
 ): Promise<EventRow> {
-  const rows = await recordedIn(bus, tx);
+  const rows = await listRecorded(bus, tx, 'expectRecorded()');
   const found = rows.find((r) => r.type === type && (payload === undefined || containsPartial(r.payload, payload)));
   if (!found) {
     const seen = rows.map((r) => `${r.type} ${JSON.stringify(r.payload)}`).join('\n  ') || '(none)';
