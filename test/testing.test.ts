@@ -84,6 +84,30 @@ describeTargets('rea/testing on $name', (target) => {
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: { orderNo: 'X', total: 1 } })).rejects.toMatchObject({ name: 'OptionsError', field: 'runHandlerNow(name)' });
   });
 
+  it.skipIf(!target.available)('runHandlerNow given no event id makes one for each call, so each runs in a trace of its own', async () => {
+    const bus = await testBus(target, events);
+    const runs: { id: string; traceId: string | null; key: string }[] = [];
+    bus.on('order.created', 'h', async (e, ctx) => {
+      runs.push({ id: e.id, traceId: e.traceId, key: ctx.idempotencyKey });
+      await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: e.payload.orderNo }, { subject: e.payload.orderNo }));
+    });
+    await runHandlerNow(bus, 'h', { type: 'order.created', payload: { orderNo: 'A', total: 1 } });
+    await runHandlerNow(bus, 'h', { type: 'order.created', payload: { orderNo: 'B', total: 1 } });
+    const [a, b] = runs;
+    // Before, both had the id 00000000-0000-7000-8000-000000000000 and its trace id.
+    expect(a!.id).not.toBe(b!.id);
+    expect(a!.traceId).not.toBe(b!.traceId);
+    expect(a!.key).not.toBe(b!.key);
+    for (const run of runs) {
+      expect(run.traceId).toBe(run.id.replace(/-/g, ''));
+      expect(run.key).toBe(`${run.id}:h`);
+    }
+    // The events each run recorded are in its trace alone.
+    for (const [run, orderNo] of [[a!, 'A'], [b!, 'B']] as const) {
+      expect((await bus.events.list({ traceId: run.traceId! })).items.map((r) => r.subject)).toEqual([orderNo]);
+    }
+  });
+
   it.skipIf(!target.available)('runHandlerNow gives ctx.tx only to a transactional handler, as a worker does', async () => {
     const bus = await testBus(target, events);
     const saw: string[] = [];
