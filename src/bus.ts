@@ -448,8 +448,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     throw explainedErr instanceof DatabaseError && explainedErr.kind === 'not-migrated' ? explainedErr : err;
   };
 
-  const recordInto = async (tx: unknown, rows: EventInsert[]) => {
-    const q = driver.unwrapTransaction(tx);
+  const recordInto = async (tx: unknown, rows: EventInsert[], caller: string) => {
+    const q = driver.unwrapTransaction(tx, caller);
     // In this bus's bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
     if (!(isReaTransaction(tx) && deferInto(tx, rows, driver))) await driver.executor.eventInsertMany(q, rows).catch(rejectNotMigrated);
     if (isReaTransaction(tx)) noteRecorded(tx, rows.length);
@@ -580,7 +580,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
     async record(tx, type, payload, opts) {
       const row = await prepare(type, payload, opts, activeSpanContext());
-      await recordInto(tx, [row]);
+      await recordInto(tx, [row], 'record()');
       return row.id;
     },
 
@@ -592,7 +592,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         if (typeof item !== 'object' || item === null) throw new OptionsError(`recordMany(items)[${i}]`, 'must be an object { type, payload, subject? }');
         rows.push(await prepare(item.type, item.payload, item, active, `recordMany(items)[${i}]`, RECORD_ITEM_KEYS));
       }
-      if (rows.length > 0) await recordInto(tx, rows);
+      if (rows.length > 0) await recordInto(tx, rows, 'recordMany()');
       return rows.map((r) => r.id);
     },
 

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Batcher } from '../src/core/batcher.js';
 import { storable } from '../src/core/errors-format.js';
-import { defineEvents } from '../src/index.js';
+import { defineEvents, permanent, retryAfter } from '../src/index.js';
 import { MaintenanceLane, ServiceRunner } from '../src/maintenance/service.js';
 import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
 import { receiver } from './helpers/http.js';
@@ -33,6 +33,45 @@ describeTargets('failure records on $name', (target) => {
     await discarded;
     const line = lines.find((l) => l.msg === 'job discarded');
     expect(line).toMatchObject({ level: 'warn', err: 'no such postcode', err_name: 'CarrierRejected', handler: 'ship' });
+  });
+
+  test('permanent(err) and retryAfter(ms, err) store the error they wrap (its name and stack), not the wrapper', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    bus.on('task.queued', 'perm', () => {
+      throw permanent(new TypeError('bad input'));
+    });
+    bus.on('task.queued', 'later', () => {
+      throw retryAfter(60_000, new RangeError('slow down'));
+    });
+    // A reason that is no Error has no name or stack: the wrapper's say how and where it was thrown.
+    bus.on('task.queued', 'said', () => {
+      throw permanent('no such customer');
+    });
+    const discarded = new Map<string, string>();
+    const bothDiscarded = deferred();
+    bus.lifecycle.on('job:discarded', (e) => {
+      discarded.set(e.handler, e.error);
+      if (discarded.size === 2) bothDiscarded.resolve();
+    });
+    const failed = bus.lifecycle.waitFor('job:failed', (e) => e.handler === 'later');
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    const [f] = await Promise.all([failed, bothDiscarded.promise]);
+
+    const jobs = Object.fromEntries((await bus.jobs.forEvent(id)).map((j) => [j.target, j]));
+    // Before, these were stored as PermanentError and RetryAfterError, with the wrapper's stack.
+    expect(jobs.perm!.errors).toEqual([expect.objectContaining({ name: 'TypeError', message: 'bad input' })]);
+    expect(jobs.perm!.errors[0]!.stack).toMatch(/^TypeError: bad input\n/);
+    expect(jobs.later!.errors).toEqual([expect.objectContaining({ name: 'RangeError', message: 'slow down' })]);
+    expect(jobs.later!.errors[0]!.stack).toMatch(/^RangeError: slow down\n/);
+    expect(jobs.said!.errors).toEqual([expect.objectContaining({ name: 'PermanentError', message: 'no such customer' })]);
+    expect(jobs.said!.errors[0]!.stack).toMatch(/^PermanentError: no such customer\n/);
+    // The lifecycle signals and the log line say the same.
+    expect(discarded).toEqual(new Map([['perm', 'bad input'], ['said', 'no such customer']]));
+    expect(f.error).toBe('slow down');
+    expect(lines.find((l) => l.msg === 'job discarded' && l.handler === 'perm')).toMatchObject({ err: 'bad input', err_name: 'TypeError' });
+    expect(lines.find((l) => l.msg === 'job failed; will retry' && l.handler === 'later')).toMatchObject({ err: 'slow down', err_name: 'RangeError' });
   });
 
   test('errors PostgreSQL cannot store as they are (NUL, a lone surrogate, an emoji at the 2,000-character cut) are stored cleaned, and nobody else waits', async () => {

@@ -494,6 +494,11 @@ describeTargets('record on $name', (target) => {
     });
     const err = await bus.record(leaked, 'order.created', { orderNo: 'L', total: 1 }).catch((e) => e);
     expect(err).toBeInstanceOf(UnsupportedTransactionError);
+    expect(err.message).toBe('record() was given a rea transaction that has already ended');
+    // recordMany's refusal names recordMany (it said record()).
+    const many = await bus.recordMany(leaked, [{ type: 'order.created', payload: { orderNo: 'L', total: 1 } }]).catch((e) => e);
+    expect(many).toBeInstanceOf(UnsupportedTransactionError);
+    expect(many.message).toBe('recordMany() was given a rea transaction that has already ended');
   });
 });
 

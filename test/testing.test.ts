@@ -1,7 +1,7 @@
 // rea/testing: assertions on what a transaction recorded, and running one handler directly.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, HandlerTimeoutError, OptionsError, PayloadValidationError, WorkerStoppingError } from '../src/index.js';
+import { defineEvents, HandlerTimeoutError, OptionsError, PayloadValidationError, UnsupportedTransactionError, WorkerStoppingError } from '../src/index.js';
 import { expectRecorded, HandlerTimeoutError as TestingHandlerTimeoutError, recordedIn, runHandlerNow } from '../src/testing/index.js';
 import { runDemo } from '../src/cli/demo.js';
 import { describeTargets, testBus } from './helpers/db.js';
@@ -51,6 +51,26 @@ describeTargets('rea/testing on $name', (target) => {
     });
   });
 
+  it.skipIf(!target.available)('recordedIn and expectRecorded, given no open transaction, say so in their own name', async () => {
+    const bus = await testBus(target, events);
+    let ended: unknown;
+    await bus.transaction(async (tx) => {
+      ended = tx;
+    });
+    // Before, both said 'record() was given…', a function the test never called.
+    for (const [caller, call] of [
+      ['recordedIn()', (tx: unknown) => recordedIn(bus, tx)],
+      ['expectRecorded()', (tx: unknown) => expectRecorded(bus, tx, 'order.created')],
+    ] as const) {
+      const notTx = await call({}).catch((e: unknown) => e);
+      expect(notTx).toBeInstanceOf(UnsupportedTransactionError);
+      expect((notTx as Error).message).toContain(`${caller} needs a transaction: `);
+      const late = await call(ended).catch((e: unknown) => e);
+      expect(late).toBeInstanceOf(UnsupportedTransactionError);
+      expect((late as Error).message).toBe(`${caller} was given a rea transaction that has already ended`);
+    }
+  });
+
   it.skipIf(!target.available)('runHandlerNow calls a registered handler with a full context', async () => {
     const bus = await testBus(target, events);
     const seen: string[] = [];
@@ -62,6 +82,30 @@ describeTargets('rea/testing on $name', (target) => {
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: { orderNo: 'X', total: 1 } })).rejects.toThrow(/no handler named 'nope'/);
     // A misuse is a typed error naming what is wrong, as rea's own are (it was a plain Error).
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: { orderNo: 'X', total: 1 } })).rejects.toMatchObject({ name: 'OptionsError', field: 'runHandlerNow(name)' });
+  });
+
+  it.skipIf(!target.available)('runHandlerNow given no event id makes one for each call, so each runs in a trace of its own', async () => {
+    const bus = await testBus(target, events);
+    const runs: { id: string; traceId: string | null; key: string }[] = [];
+    bus.on('order.created', 'h', async (e, ctx) => {
+      runs.push({ id: e.id, traceId: e.traceId, key: ctx.idempotencyKey });
+      await bus.transaction((tx) => bus.record(tx, 'order.paid', { orderNo: e.payload.orderNo }, { subject: e.payload.orderNo }));
+    });
+    await runHandlerNow(bus, 'h', { type: 'order.created', payload: { orderNo: 'A', total: 1 } });
+    await runHandlerNow(bus, 'h', { type: 'order.created', payload: { orderNo: 'B', total: 1 } });
+    const [a, b] = runs;
+    // Before, both had the id 00000000-0000-7000-8000-000000000000 and its trace id.
+    expect(a!.id).not.toBe(b!.id);
+    expect(a!.traceId).not.toBe(b!.traceId);
+    expect(a!.key).not.toBe(b!.key);
+    for (const run of runs) {
+      expect(run.traceId).toBe(run.id.replace(/-/g, ''));
+      expect(run.key).toBe(`${run.id}:h`);
+    }
+    // The events each run recorded are in its trace alone.
+    for (const [run, orderNo] of [[a!, 'A'], [b!, 'B']] as const) {
+      expect((await bus.events.list({ traceId: run.traceId! })).items.map((r) => r.subject)).toEqual([orderNo]);
+    }
   });
 
   it.skipIf(!target.available)('runHandlerNow gives ctx.tx only to a transactional handler, as a worker does', async () => {

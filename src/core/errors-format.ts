@@ -1,4 +1,5 @@
 // Turning anything a handler or the database throws into a bounded, storable description.
+import { isPermanent, isRetryAfter } from './errors.js';
 
 const MAX_MESSAGE = 2000;
 const MAX_STACK = 4000;
@@ -39,15 +40,28 @@ export function namedMessage(err: unknown): string {
   return name && name !== 'Error' && !message.startsWith(name) ? `${name}: ${message}` : message;
 }
 
-export function errorName(err: unknown): string {
+function errorName(err: unknown): string {
   if (err instanceof Error) return truncate(printable(err.name) || 'Error', MAX_NAME);
   return typeof err;
 }
 
-export function errorStack(err: unknown): string | undefined {
+function errorStack(err: unknown): string | undefined {
   if (!(err instanceof Error)) return undefined;
   const stack = printable(err.stack);
   return stack ? truncate(stack, MAX_STACK) : undefined;
+}
+
+/**
+ * The message, name and stack a failed attempt stores. permanent() and retryAfter() only steer the
+ * retry: what failed is the reason they wrap, so a TypeError wrapped in permanent() is recorded as
+ * a TypeError. A reason that is no Error (a string) has no name or stack of its own: the wrapper's
+ * stand for it, and say where it was thrown.
+ */
+export function describeFailure(err: unknown): { message: string; name: string; stack: string | undefined } {
+  const steered = isPermanent(err) || isRetryAfter(err);
+  const reason = steered ? err.cause ?? err : err;
+  const named = reason instanceof Error ? reason : err;
+  return { message: errorMessage(reason), name: errorName(named), stack: errorStack(named) };
 }
 
 /**

@@ -73,7 +73,7 @@ export class PayloadTooLargeError extends ReaError {
   }
 }
 
-/** record() was given something that is not an open transaction it can write into. */
+/** record() (or recordMany, or rea/testing's recordedIn, expectRecorded) was given something that is not an open transaction. */
 export class UnsupportedTransactionError extends ReaError {
   constructor(message: string) {
     super('ERR_UNSUPPORTED_TRANSACTION', message);

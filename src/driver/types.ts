@@ -345,8 +345,11 @@ export interface Driver {
   checkMigrated(): Promise<{ newer: number[] }>;
   /** Run fn in a transaction on one of rea's own connections. */
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T>;
-  /** Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError. */
-  unwrapTransaction(tx: unknown): Queryable;
+  /**
+   * Turn a user's transaction handle into a Queryable, or throw UnsupportedTransactionError naming
+   * `caller`, the function the user gave it to ('record()', 'expectRecorded()').
+   */
+  unwrapTransaction(tx: unknown, caller: string): Queryable;
   /** Run a script of several statements in one transaction (capture triggers, operator SQL). */
   execScript(sql: string): Promise<void>;
   /** Run one statement on the driver's pool (for admin scripts and tests). */

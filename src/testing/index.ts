@@ -6,6 +6,7 @@ import { OptionsError } from '../core/errors.js';
 import { patternMatches } from '../core/events.js';
 import { LazyLogger } from '../core/logger.js';
 import { JobTraceScope, runInTrace } from '../core/trace.js';
+import { uuidv7 } from '../core/uuid.js';
 import type { EventRow } from '../driver/types.js';
 import { isReaTransaction } from '../tx/rea.js';
 import { JobAbort } from '../worker/abort.js';
@@ -17,7 +18,12 @@ export { HandlerTimeoutError };
 
 /** The events recorded so far in `tx` (still uncommitted), oldest first. */
 export async function recordedIn(bus: Bus<any>, tx: unknown): Promise<EventRow[]> {
-  return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx));
+  return listRecorded(bus, tx, 'recordedIn()');
+}
+
+/** recordedIn's list; a handle that is no open transaction is refused naming `caller`, the helper the test called. */
+function listRecorded(bus: Bus<any>, tx: unknown, caller: string): Promise<EventRow[]> {
+  return bus.driver.executor.eventListInCurrentTransaction(bus.driver.unwrapTransaction(tx, caller));
 }
 
 /**
@@ -36,7 +42,7 @@ export type PartialPayload<T> = T extends readonly (infer U)[]
 export async function expectRecorded<S extends EventSchemas, T extends EventType<S>>(
   bus: Bus<S>, tx: unknown, type: T, payload?: PartialPayload<PayloadOutput<S, T>>,
 ): Promise<EventRow> {
-  const rows = await recordedIn(bus, tx);
+  const rows = await listRecorded(bus, tx, 'expectRecorded()');
   const found = rows.find((r) => r.type === type && (payload === undefined || containsPartial(r.payload, payload)));
   if (!found) {
     const seen = rows.map((r) => `${r.type} ${JSON.stringify(r.payload)}`).join('\n  ') || '(none)';
@@ -56,11 +62,11 @@ export type TestEvent<S extends EventSchemas> = {
 /**
  * Run the handler registered as `name` on `event` now, in-process, as a worker would: the event
  * must be of a type it subscribes to, its payload is checked and stored as record() would (a
- * schema's defaults and transforms applied, read back from JSON), it runs inside the event's
- * trace (so events it records inherit the trace id; ctx.log carries it, to the bus's logger),
- * and ctx.signal aborts at the handler's timeoutMs, when the run fails with HandlerTimeoutError.
- * With `transactional`, pass a transaction as `tx` (bus.transaction gives one). Throws what the
- * handler throws.
+ * schema's defaults and transforms applied, read back from JSON), it gets a new id if it has none,
+ * it runs inside the event's trace (so events it records inherit the trace id; ctx.log carries it,
+ * to the bus's logger), and ctx.signal aborts at the handler's timeoutMs, when the run fails with
+ * HandlerTimeoutError. With `transactional`, pass a transaction as `tx` (bus.transaction gives
+ * one). Throws what the handler throws.
  */
 export async function runHandlerNow<S extends EventSchemas>(
   bus: Bus<S>,
@@ -82,7 +88,9 @@ export async function runHandlerNow<S extends EventSchemas>(
     throw new OptionsError('runHandlerNow(event).type', `handler '${name}' does not subscribe to '${event.type}' (its patterns: ${handler.patterns.join(', ')}): no worker would run it on this event`);
   }
   const payload = await bus.deliveredPayload(event.type, event.payload);
-  const id = event.id ?? '00000000-0000-7000-8000-000000000000';
+  // A new id for each event, as record() gives: with one fixed id, every call without an id or a
+  // trace id ran in the same trace (made from the id), and so did the events its handler recorded.
+  const id = event.id ?? uuidv7();
   const attempt = options.attempt ?? 1;
   const scope = new JobTraceScope(event.traceId ?? null, id, name, attempt);
   const log = new LazyLogger(bus.logger, () => ({ trace_id: scope.traceId, event_id: id, handler: name, attempt, job_id: 'test' }));

@@ -21,12 +21,15 @@ const HANDLE: Record<Exclude<HandleKind, 'other'>, string> = {
 };
 const FOREIGN: Record<keyof typeof DATABASE, readonly HandleKind[]> = { postgres: ['pglite', 'pglite-tx'], pglite: ['pg-pool', 'pg-client'] };
 
-/** Throw unless `tx` (or the raw handle of a rea transaction) belongs to the bus's own kind of database. */
-export function refuseForeignHandle(tx: unknown, own: keyof typeof DATABASE, expected: string): void {
+/**
+ * Throw unless `tx` (or the raw handle of a rea transaction) belongs to the bus's own kind of
+ * database. `caller` is the function the user gave it to ('record()', 'expectRecorded()').
+ */
+export function refuseForeignHandle(tx: unknown, own: keyof typeof DATABASE, expected: string, caller: string): void {
   const rea = isReaTransaction(tx);
   const kind = handleKind(rea ? rawHandle(tx) : tx);
   if (!FOREIGN[own].includes(kind)) return;
   const other = own === 'postgres' ? 'pglite' : 'postgres';
   const given = rea ? `a rea transaction of a ${DATABASE[other]} bus` : HANDLE[kind as Exclude<HandleKind, 'other'>];
-  throw new UnsupportedTransactionError(`this bus stores its events in ${DATABASE[own]}, and record() was given ${given}; pass ${expected}`);
+  throw new UnsupportedTransactionError(`this bus stores its events in ${DATABASE[own]}, and ${caller} was given ${given}; pass ${expected}`);
 }

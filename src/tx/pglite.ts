@@ -7,21 +7,21 @@ import { isReaTransaction, reaTransactionOpen } from './rea.js';
 
 const EXPECTED = 'a PGlite Transaction from db.transaction() on the database the bus uses, or the tx of this bus\'s bus.transaction()';
 
-export function unwrapPGliteTransaction(tx: unknown): Queryable {
-  refuseForeignHandle(tx, 'pglite', EXPECTED);
+export function unwrapPGliteTransaction(tx: unknown, caller: string): Queryable {
+  refuseForeignHandle(tx, 'pglite', EXPECTED, caller);
   if (isReaTransaction(tx)) {
-    if (!reaTransactionOpen(tx)) throw new UnsupportedTransactionError('record() was given a rea transaction that has already ended');
+    if (!reaTransactionOpen(tx)) throw new UnsupportedTransactionError(`${caller} was given a rea transaction that has already ended`);
     return tx;
   }
   const t = tx as Record<string, unknown> | null;
   if (!t || typeof t.query !== 'function') {
-    throw new UnsupportedTransactionError('record() needs a transaction: a PGlite Transaction from db.transaction(), or the tx of bus.transaction()');
+    throw new UnsupportedTransactionError(`${caller} needs a transaction: a PGlite Transaction from db.transaction(), or the tx of bus.transaction()`);
   }
   if (typeof t.transaction === 'function' && typeof t.waitReady !== 'undefined') {
     throw new UnsupportedTransactionError(
-      'record() was given the PGlite database itself; each of its queries commits on its own. Pass the tx of db.transaction(async (tx) => …) or use bus.transaction()',
+      `${caller} was given the PGlite database itself; each of its queries commits on its own. Pass the tx of db.transaction(async (tx) => …) or use bus.transaction()`,
     );
   }
-  if (t.closed === true) throw new UnsupportedTransactionError('record() was given a PGlite transaction that has already ended');
+  if (t.closed === true) throw new UnsupportedTransactionError(`${caller} was given a PGlite transaction that has already ended`);
   return t as unknown as Queryable;
 }

@@ -10,29 +10,29 @@ interface PgLike {
   getTransactionStatus?: () => string | null;
 }
 
-export function unwrapPostgresTransaction(tx: unknown): Queryable {
-  refuseForeignHandle(tx, 'postgres', "a pg Client or PoolClient after BEGIN, or the tx of this bus's bus.transaction()");
+export function unwrapPostgresTransaction(tx: unknown, caller: string): Queryable {
+  refuseForeignHandle(tx, 'postgres', "a pg Client or PoolClient after BEGIN, or the tx of this bus's bus.transaction()", caller);
   if (isReaTransaction(tx)) {
-    if (!reaTransactionOpen(tx)) throw new UnsupportedTransactionError('record() was given a rea transaction that has already ended');
+    if (!reaTransactionOpen(tx)) throw new UnsupportedTransactionError(`${caller} was given a rea transaction that has already ended`);
     return tx;
   }
   const t = tx as PgLike & Record<string, unknown>;
   if (!t || typeof t.query !== 'function') {
-    throw new UnsupportedTransactionError('record() needs a transaction: a pg Client or PoolClient after BEGIN, or the tx of bus.transaction()');
+    throw new UnsupportedTransactionError(`${caller} needs a transaction: a pg Client or PoolClient after BEGIN, or the tx of bus.transaction()`);
   }
   if ('totalCount' in t && 'idleCount' in t && typeof t.connect === 'function') {
     throw new UnsupportedTransactionError(
-      'record() was given a pg.Pool; a pool runs each query on any connection and commits it on its own. ' +
+      `${caller} was given a pg.Pool; a pool runs each query on any connection and commits it on its own. ` +
         'Pass the client of your transaction (const c = await pool.connect(); await c.query("BEGIN") …) or use bus.transaction()',
     );
   }
   if (typeof t.getTransactionStatus === 'function') {
     const status = t.getTransactionStatus();
     if (status === 'I') {
-      throw new UnsupportedTransactionError('record() was given a pg client that is not inside a transaction (run BEGIN first, or use bus.transaction())');
+      throw new UnsupportedTransactionError(`${caller} was given a pg client that is not inside a transaction (run BEGIN first, or use bus.transaction())`);
     }
     if (status === 'E') {
-      throw new UnsupportedTransactionError('record() was given a pg client whose transaction has failed; roll it back');
+      throw new UnsupportedTransactionError(`${caller} was given a pg client whose transaction has failed; roll it back`);
     }
   }
   return t as unknown as Queryable;

@@ -5,7 +5,7 @@ import type { Clock } from '../core/clock.js';
 import { appNow } from '../core/clock.js';
 import { defaultHandlerBackoff, MAX_RETRY_DELAY_MS } from '../core/backoff.js';
 import { Batcher } from '../core/batcher.js';
-import { errorMessage, errorName, errorStack } from '../core/errors-format.js';
+import { describeFailure, errorMessage } from '../core/errors-format.js';
 import { isPermanent, isRetryAfter } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { LazyLogger, type Logger } from '../core/logger.js';
@@ -632,9 +632,7 @@ export class Worker {
     const entry = {
       at: new Date(now).toISOString(),
       attempt: job.attempt,
-      message: errorMessage(isPermanent(err) || isRetryAfter(err) ? (err as Error).cause ?? err : err),
-      name: errorName(err),
-      stack: errorStack(err),
+      ...describeFailure(err),
     };
     let state: 'retryable' | 'discarded';
     let scheduledAt: Date | null = null;

@@ -97,8 +97,8 @@ export class PGliteDriver implements Driver {
     await this.db.transaction((tx) => tx.exec(sql));
   }
 
-  unwrapTransaction(tx: unknown): Queryable {
-    return unwrapPGliteTransaction(tx);
+  unwrapTransaction(tx: unknown, caller: string): Queryable {
+    return unwrapPGliteTransaction(tx, caller);
   }
 
   async query<R>(text: string, params?: unknown[]) {

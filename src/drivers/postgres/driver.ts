@@ -270,8 +270,8 @@ export class PostgresDriver implements Driver {
     await this.transactionWithin(0, (q) => q.query(sql));
   }
 
-  unwrapTransaction(tx: unknown): Queryable {
-    const q = unwrapPostgresTransaction(tx);
+  unwrapTransaction(tx: unknown, caller: string): Queryable {
+    const q = unwrapPostgresTransaction(tx, caller);
     // A rea transaction already names rea's statements; a caller's pg client gets the same.
     return isReaTransaction(tx) ? q : preparedQueryable(q as never, this.hot);
   }
