@@ -123,18 +123,18 @@ describe('rea: command-line mistakes', () => {
   });
 
   it('with --json, commander\'s own usage errors are JSON too (and nothing else is printed)', async () => {
-    const unknown = await rea('status', '--json', '--colour');
+    const unknown = await rea('status', '--json', '--frobnicate');
     expect(unknown.code).toBe(2);
-    expect(JSON.parse(unknown.text)).toEqual({ error: { code: 'ERR_USAGE', field: '--colour', message: "unknown option '--colour'" } });
+    expect(JSON.parse(unknown.text)).toEqual({ error: { code: 'ERR_USAGE', field: '--frobnicate', message: "unknown option '--frobnicate'" } });
     // Given as --flag=value, the field is the flag alone.
-    const unknownWithValue = await rea('status', '--json', '--colour=red');
-    expect(JSON.parse(unknownWithValue.text).error).toMatchObject({ code: 'ERR_USAGE', field: '--colour' });
+    const unknownWithValue = await rea('status', '--json', '--frobnicate=red');
+    expect(JSON.parse(unknownWithValue.text).error).toMatchObject({ code: 'ERR_USAGE', field: '--frobnicate' });
     const bad = await rea('endpoints', 'attempts', '0190a8f2-0000-7000-8000-000000000000', '--json', '--limit', 'abc');
     expect(bad.code).toBe(2);
     expect(JSON.parse(bad.text).error).toEqual({ code: 'ERR_USAGE', field: '--limit', message: expect.stringContaining("argument 'abc' is invalid. must be a whole number from 1 to 500") });
     // Without --json the text stays as it was, with the help after it.
-    const text = await rea('status', '--colour');
-    expect(text.text).toContain("error: unknown option '--colour'");
+    const text = await rea('status', '--frobnicate');
+    expect(text.text).toContain("error: unknown option '--frobnicate'");
     expect(text.text).toContain('Usage: rea status');
   });
 

@@ -570,10 +570,10 @@ describe('registration', () => {
     const shop = 'postgres://postgres@127.0.0.1:5432/shop';
     const databases: Array<[Record<string, unknown>, OptionsError]> = [
       [{ postgres: shop, poolsize: 5 }, new OptionsError('database', 'unknown option(s) poolsize')],
-      [{ postgress: shop }, new OptionsError('database', 'unknown option(s) postgress; pass { postgres: url, poolSize?, queryTimeoutMs? }, { pglite: dir } or { driver }')],
+      [{ postgress: shop }, new OptionsError('database', 'unknown option(s) postgress; pass { postgres: url, poolSize?, queryTimeoutMs?, pooler?, listen? }, { pglite: dir } or { driver }')],
       [{ pglite: 'memory://', poolSize: 2 }, new OptionsError('database', 'unknown option(s) poolSize')],
       [{ postgres: shop, pglite: 'memory://' }, new OptionsError('database', 'pass one of postgres, pglite, not both')],
-      [{}, new OptionsError('database', 'pass { postgres: url, poolSize?, queryTimeoutMs? }, { pglite: dir } or { driver }')],
+      [{}, new OptionsError('database', 'pass { postgres: url, poolSize?, queryTimeoutMs?, pooler?, listen? }, { pglite: dir } or { driver }')],
     ];
     for (const [database, error] of databases) {
       let caught: unknown;
