@@ -9,7 +9,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { createBus, DatabaseError, defineEvents, OptionsError } from '../src/index.js';
 import { freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
+import { LISTEN_PROBE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { rea } from './helpers/cli.js';
+import { captureLogger } from './helpers/log.js';
 import { pgbouncerAvailable, startPgbouncer, type Bouncer } from './helpers/pgbouncer.js';
 
 const events = defineEvents({ 'order.created': z.object({ orderNo: z.string() }) });
@@ -113,6 +115,25 @@ describe.runIf(postgresTarget.available && pgbouncerAvailable())('behind PgBounc
       await producer.stop();
     }
   }, 30_000);
+
+  it('a LISTEN that goes through the pooler hears nothing, and rea says so once, naming database.listen; one straight to PostgreSQL does not', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const through = await testBus(postgresTarget, events, {
+      database: { postgres: bouncer.url, pooler: 'transaction', listen: bouncer.url }, logger: captureLogger(lines, { bus: 'through' }),
+    });
+    const direct = await testBus(postgresTarget, events, {
+      database: { postgres: bouncer.url, pooler: 'transaction', listen: PG_URL }, logger: captureLogger(lines, { bus: 'direct' }),
+    });
+    for (const bus of [through, direct]) bus.on('order.created', 'mailer', () => {});
+    await Promise.all([through.start(), direct.start()]);
+    const warned = () => lines.filter((l) => String(l.err ?? '').includes('the LISTEN connection did not hear a NOTIFY'));
+    // Before: nothing was said, and every wake-up from another process was lost.
+    await expect.poll(() => warned().length, { timeout: LISTEN_PROBE_WAIT_MS + 3_000, interval: 100 }).toBe(1);
+    expect(warned()[0]).toMatchObject({ level: 'warn', bus: 'through', where: 'listen' });
+    // The direct one heard its probe within ms, long before the other's wait ran out.
+    expect(warned().filter((l) => l.bus === 'direct')).toEqual([]);
+    expect(String(warned()[0]!.err)).toContain('Give database.listen a connection string straight to PostgreSQL (or listen: false)');
+  }, 20_000);
 
   it('listen: false: no LISTEN connection at all, and events are found by polling', async () => {
     const schema = freshSchema();

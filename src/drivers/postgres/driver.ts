@@ -1,4 +1,5 @@
 // The PostgreSQL driver on node-postgres: a pool for rea's own work, a dedicated connection for LISTEN.
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { ABORTED_TRANSACTION, DatabaseError, TransactionError } from '../../core/errors.js';
 import { within } from '../../core/within.js';
@@ -49,6 +50,9 @@ export const CLOSE_WAIT_MS = 2_000;
 
 /** How long an aborted transaction waits for its statement's cancel before dropping the connection anyway. */
 const CANCEL_WAIT_MS = 1_000;
+
+/** How long a new LISTEN connection may take to hear the NOTIFY it asked for through the pool (see probeListen). */
+export const LISTEN_PROBE_WAIT_MS = 5_000;
 
 export class PostgresDriver implements Driver {
   readonly capabilities: DriverCapabilities = { listenNotify: true, skipLocked: true, concurrentTransactions: true, inlineDelivery: true, autovacuumDaemon: true, deferredRecord: true, dialect: 'postgres' };
@@ -299,7 +303,12 @@ export class PostgresDriver implements Driver {
     const connect = async (): Promise<void> => {
       const c = this.ownClient('rea-listen', 'listen');
       let ownPid: number | undefined;
+      // See probeListen.
+      const probe = `rea_probe_${randomBytes(8).toString('hex')}`;
+      let probeHeard!: () => void;
+      const heard = new Promise<void>((resolve) => (probeHeard = resolve));
       c.on('notification', (msg) => {
+        if (msg.channel === probe) return probeHeard();
         // PostgreSQL also delivers a session's own NOTIFY to it. Wake-ups go out on this very
         // connection, and this process woke its own relay and worker before sending them.
         if (msg.channel === channel && msg.processId !== ownPid) onNotify(msg.payload ?? '');
@@ -312,6 +321,8 @@ export class PostgresDriver implements Driver {
       });
       await c.connect();
       ownPid = (await c.query<{ pid: number }>(this.sql.backendPid)).rows[0]!.pid;
+      // The probe's channel first: the last statement, which pg_stat_activity shows, is rea's LISTEN.
+      await c.query(`LISTEN "${probe}"`);
       await c.query(`LISTEN "${channel}"`);
       if (closed) {
         // Closed while this (re)connection was on its way: close() found no client to end, and
@@ -329,6 +340,7 @@ export class PostgresDriver implements Driver {
         }, this.queryTimeoutMs);
         heartbeat.unref();
       }
+      void this.probeListen(probe, heard, () => client === c && !closed);
       // Wake-ups go out on this connection from now on; the one kept for them until now can go.
       this.closeNotifier();
       // Anything recorded while we were not listening is found by the next poll; nudge it now.
@@ -362,6 +374,29 @@ export class PostgresDriver implements Driver {
     };
     this.listeners.push(handle);
     return handle.close;
+  }
+
+  /**
+   * Ask a new LISTEN connection to hear a NOTIFY sent through the pool, on a channel of its own
+   * (`probe`, which it listens on and nothing else does): `heard` settles when it comes. Through a
+   * pooler in transaction mode a LISTEN lands on a server session the pooler hands to whichever
+   * client comes next, and its notifications are dropped: every wake-up from another process is
+   * lost without a word, and its events wait for the polls. That is said once per connection.
+   */
+  private async probeListen(probe: string, heard: Promise<void>, current: () => boolean): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await this.timed.query(this.sql.notify, [probe, '']);
+      const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), LISTEN_PROBE_WAIT_MS)));
+      if ((await Promise.race([heard, late])) === 'late' && current() && !this.closed) {
+        this.options.onError(new Error(`the LISTEN connection did not hear a NOTIFY sent through rea's pool within ${LISTEN_PROBE_WAIT_MS} ms, so wake-ups from other processes are lost and their events wait for the polls: `
+          + 'is a pooler in transaction mode (PgBouncer) between rea and PostgreSQL? Give database.listen a connection string straight to PostgreSQL (or listen: false)'), 'listen');
+      }
+    } catch {
+      // The pool failed to send it: its own callers hear of that, and a LISTEN connection made again is asked again.
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async notify(channel: string, payload: string): Promise<void> {
