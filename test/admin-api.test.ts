@@ -457,6 +457,26 @@ describeTargets('admin API on $name', (target) => {
     expect(page.text).toContain('invalid parameter state');
   });
 
+  test('a subject or trace id longer than 500 characters is found by its filter, as the panel links it (it was a 400)', async () => {
+    const { bus, s } = await setup(target);
+    const subject = `customer:${'c'.repeat(600)}`;
+    const traceId = `batch-${'t'.repeat(700)}`;
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'L1' }, { subject, traceId }));
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'L2' }));
+    for (const query of [`subject=${encodeURIComponent(subject)}`, `traceId=${encodeURIComponent(traceId)}`]) {
+      const r = await call(s.url, 'GET', `/api/events?${query}`, { headers: bearer() });
+      expect(r.status, `${query.slice(0, 10)}: ${r.text.slice(0, 300)}`).toBe(200);
+      expect(r.json.events.map((e: { id: string }) => e.id)).toEqual([id]);
+    }
+    // The event page's trace-id link.
+    const page = await call(s.url, 'GET', `/events/${id}`, { headers: { cookie: await login(s.url) } });
+    const link = new RegExp(`href="(/events\\?traceId=[^"]+)"`).exec(page.text)?.[1];
+    expect(link).toBeDefined();
+    const linked = await call(s.url, 'GET', link!.replaceAll('&amp;', '&'), { headers: { cookie: await login(s.url) } });
+    expect(linked.status).toBe(200);
+    expect(linked.text).toContain(id);
+  });
+
   // PostgreSQL refuses a NUL in a text parameter; these reached it and came back as a 500 with
   // pg's stack in the log (the panel's events and jobs pages too).
   test('a NUL in a text filter or a handler name is a 400 naming the parameter, not a 500', async () => {

@@ -81,9 +81,11 @@ export function eventListParams(filter: EventListFilter = {}): EventListParams {
   if (cursor !== null && !isUuid(cursor)) throw new InvalidFilterError('cursor', 'must be the nextCursor of a previous page (an event id)');
   return {
     typePattern: type,
-    subject: optionalText(filter.subject, 'subject'),
+    // Any length: record() stores subjects and trace ids of any length, and a filter capped shorter
+    // could not find them (the panel's own link to a long trace id answered 400).
+    subject: optionalText(filter.subject, 'subject', Number.POSITIVE_INFINITY),
     // As record() stores it: a W3C trace id in lower case, so the id as given finds its events.
-    traceId: traceIdFilter(optionalText(filter.traceId, 'traceId')),
+    traceId: traceIdFilter(optionalText(filter.traceId, 'traceId', Number.POSITIVE_INFINITY)),
     state,
     minId: since === null ? null : uuidv7Floor(since),
     maxId: until === null ? null : uuidv7Floor(until),
@@ -123,10 +125,10 @@ function traceIdFilter(v: string | null): string | null {
   return v === null ? null : normalizeTraceId(v);
 }
 
-function optionalText(v: unknown, name: string): string | null {
+function optionalText(v: unknown, name: string, maxLength = 500): string | null {
   if (v === undefined || v === null || v === '') return null;
   if (typeof v !== 'string') throw new InvalidFilterError(name, 'must be a string');
-  if (v.length > 500) throw new InvalidFilterError(name, 'must be at most 500 characters');
+  if (v.length > maxLength) throw new InvalidFilterError(name, `must be at most ${maxLength} characters`);
   // PostgreSQL refuses a NUL in a text parameter ("invalid byte sequence"): a 500 from the API and
   // the panel. No stored value holds one, so the filter could match nothing anyway.
   if (unstorableText(v)) throw new InvalidFilterError(name, 'holds a NUL character (\\u0000) or a lone UTF-16 surrogate, which no stored text holds');

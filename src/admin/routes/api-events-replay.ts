@@ -7,7 +7,8 @@ import { bodyFields, defineRoute, parse } from '../route.js';
 const text = z.string().max(1000);
 const input = z.object({
   handler: z.string().min(1, 'must be a handler name').max(200, 'must be a handler name'),
-  type: text.optional(), subject: text.optional(), traceId: text.optional(), since: text.optional(), until: text.optional(),
+  // Subjects and trace ids as stored: no cap (the request body's limit bounds them).
+  type: text.optional(), subject: z.string().optional(), traceId: z.string().optional(), since: text.optional(), until: text.optional(),
 }).strict();
 
 export default defineRoute({
