@@ -38,7 +38,7 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     const listed = await rea('endpoints', 'list', ...db);
     expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-4)} · warehouse`);
     const json = await rea('endpoints', 'list', '--json', ...db);
-    expect(JSON.parse(json.out)).toMatchObject([{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-4) }]);
+    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-4) }], nextCursor: null });
     expect(json.out + listed.out).not.toContain(secret.slice(6));
 
     const off = await rea('endpoints', 'disable', id, '--reason', 'receiver migration', ...db);
@@ -87,11 +87,11 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
 
     const badUrl = await rea('endpoints', 'update', id, '--url', 'ftp://x', ...db);
     expect(badUrl.code).toBe(2);
-    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out)[0].url).toBe('http://127.0.0.1:9/b');
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items[0].url).toBe('http://127.0.0.1:9/b');
 
     const unconfirmed = await rea('endpoints', 'delete', id, ...db);
     expect(unconfirmed).toMatchObject({ code: 2, err: expect.stringContaining('cannot be undone: add --yes') });
-    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out)).toHaveLength(1);
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items).toHaveLength(1);
 
     expect(await rea('endpoints', 'delete', id, '--yes', ...db)).toMatchObject({ code: 0, out: `deleted endpoint ${id}; cancelled 0 waiting deliveries` });
     expect((await rea('endpoints', 'list', ...db)).out).toBe('no endpoints');
@@ -109,7 +109,7 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect((await rea('endpoints', 'test', called, ...db)).code).toBe(0);
 
     expect(await rea('endpoints', 'attempts', quietOne, ...db)).toMatchObject({ code: 0, out: 'no attempts' });
-    expect(await rea('endpoints', 'attempts', quietOne, '--json', ...db)).toMatchObject({ code: 0, out: '[]' });
+    expect(await rea('endpoints', 'attempts', quietOne, '--json', ...db)).toMatchObject({ code: 0, out: '{"items":[],"nextCursor":null}' });
 
     expect((await rea('endpoints', 'delete', called, '--yes', ...db)).code).toBe(0);
     const kept = await rea('endpoints', 'attempts', called, ...db);
@@ -128,6 +128,9 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(second.out).toMatch(/^\d{4}-\S+Z {2}success {3}200 +\d+ ms {2}#1 test {2}ok$/); // the last page: no hint
     expect(second.out).not.toBe(first.out.split('\n')[0]);
     expect((await rea('endpoints', 'attempts', quietOne, '--limit', '2', ...db)).out).not.toContain('(more:');
+    // --json says the same: a bare array could not tell a full last page from one with more after it.
+    expect(JSON.parse((await rea('endpoints', 'attempts', quietOne, '--limit', '1', '--json', ...db)).out).nextCursor).toBe(more![1]);
+    expect(JSON.parse((await rea('endpoints', 'attempts', quietOne, '--limit', '2', '--json', ...db)).out).nextCursor).toBeNull();
     expect(await rea('endpoints', 'attempts', quietOne, '--cursor', 'x', ...db)).toMatchObject({ code: 2, err: expect.stringContaining('x is not an attempt id') });
 
     const unknown = '0190a4b2-0000-7000-8000-000000000000';
@@ -163,7 +166,7 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(attempts.out).toContain('·[2J·]0;owned··[32mall good·[0m');
     expect(tested.out + attempts.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f]/);
     const json = await rea('endpoints', 'attempts', id, '--json', ...db);
-    expect(JSON.parse(json.out)[0].responseExcerpt).toBe('\x1b[2J\x1b]0;owned\x07\x1b[32mall good\x1b[0m');
+    expect(JSON.parse(json.out).items[0].responseExcerpt).toBe('\x1b[2J\x1b]0;owned\x07\x1b[32mall good\x1b[0m');
   });
 
   it('list pages with --limit and --cursor, saying where the next page starts', async () => {
@@ -176,7 +179,8 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(first.out).not.toContain('http://127.0.0.1:9/3');
     expect(first.out.trim().split('\n').at(-1)).toBe(`(more: --cursor ${ids[1]})`);
     const rest = await rea('endpoints', 'list', '--limit', '2', '--cursor', ids[1]!, '--json', ...db);
-    expect(JSON.parse(rest.out).map((e: { id: string }) => e.id)).toEqual([ids[2]]);
+    expect(JSON.parse(rest.out)).toEqual({ items: [expect.objectContaining({ id: ids[2] })], nextCursor: null });
+    expect(JSON.parse((await rea('endpoints', 'list', '--limit', '2', '--json', ...db)).out).nextCursor).toBe(ids[1]);
     // A full page with nothing after it ends without a hint: before, any full page printed one,
     // and following it gave 'no endpoints'.
     const last = await rea('endpoints', 'list', '--limit', '2', '--cursor', ids[0]!, ...db);
@@ -205,7 +209,7 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     const updated = await rea('endpoints', 'update', id, '--events', 'order.created', ...db);
     expect(listed.out + disabled.out + updated.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
     const json = await rea('endpoints', 'list', '--json', ...db);
-    expect(JSON.parse(json.out)[0]).toMatchObject({ description: 'shop\x1b[2J\x1b]0;owned\x07', disabledReason: 'moved\x1b[8mhidden\x1b[0m' });
+    expect(JSON.parse(json.out).items[0]).toMatchObject({ description: 'shop\x1b[2J\x1b]0;owned\x07', disabledReason: 'moved\x1b[8mhidden\x1b[0m' });
     const enabled = await rea('endpoints', 'enable', id, ...db);
     expect(enabled.out).toContain('shop·[2J·]0;owned·');
     expect(enabled.out).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);

@@ -110,7 +110,7 @@ export function endpointsCommand(): Command {
     command('list', 'list endpoints with their state (never their secrets)')
       .option('--state <state>', 'only enabled, failing or disabled endpoints')
       .option('--cursor <id>', 'the next page, as printed after the last one: endpoints created after this one')
-      .option('--limit <n>', 'endpoints per page (1–1000); "(more: --cursor …)" follows only when more come after (--json: a full array may have more)', wholeNumber(1, 1000), 1000)
+      .option('--limit <n>', 'endpoints per page (1–1000); "(more: --cursor …)" follows only when more come after (--json: nextCursor)', wholeNumber(1, 1000), 1000)
       .action(async (flags: Flags & { state?: string; cursor?: string; limit: number }) => {
         if (flags.state !== undefined && !STATES.includes(flags.state as EndpointState)) {
           throw new UsageError('--state', `must be one of ${STATES.join(', ')}, got '${flags.state}'`);
@@ -119,7 +119,8 @@ export function endpointsCommand(): Command {
         const { items: list, nextCursor } = await withEndpointsBus(flags, (bus) => bus.endpoints.page({
           state: flags.state as EndpointState | undefined, limit: flags.limit, ...(flags.cursor ? { after: flags.cursor } : {}),
         }));
-        if (flags.json) return console.log(JSON.stringify(list));
+        // As events list and jobs list print theirs: a bare array could not say whether more come.
+        if (flags.json) return console.log(JSON.stringify({ items: list, nextCursor }));
         console.log(list.length ? list.map(formatEndpoint).join('\n') : 'no endpoints');
         if (nextCursor) console.log(`(more: --cursor ${nextCursor})`);
       }),
@@ -196,7 +197,7 @@ export function endpointsCommand(): Command {
   root.addCommand(
     command('attempts', "an endpoint's delivery attempts, newest first")
       .argument('<id>', 'the endpoint id', endpointId('attempts'))
-      .option('--limit <n>', 'attempts per page (1–500, as in the HTTP API); "(more: --cursor …)" follows only when older ones remain (--json: a full array may have more)', wholeNumber(1, 500), 20)
+      .option('--limit <n>', 'attempts per page (1–500, as in the HTTP API); "(more: --cursor …)" follows only when older ones remain (--json: nextCursor)', wholeNumber(1, 500), 20)
       .option('--cursor <attempt>', 'the next page, as printed after the last one: attempts older than this one')
       .action(async (id: string, flags: Flags & { limit: number; cursor?: string }) => {
         if (flags.cursor !== undefined && !isJobId(flags.cursor)) throw new UsageError('--cursor', `${flags.cursor} is not an attempt id (a whole number, as printed after "(more: --cursor")`);
@@ -204,7 +205,7 @@ export function endpointsCommand(): Command {
         const { items: list, nextCursor } = await withEndpointsBus(flags, (bus) => bus.endpoints.attemptPage(id, {
           limit: flags.limit, ...(flags.cursor ? { before: flags.cursor } : {}),
         }));
-        if (flags.json) return console.log(JSON.stringify(list));
+        if (flags.json) return console.log(JSON.stringify({ items: list, nextCursor }));
         console.log(list.length ? list.map(formatAttempt).join('\n') : 'no attempts');
         if (nextCursor) console.log(`(more: --cursor ${nextCursor})`);
       }),
