@@ -4,6 +4,8 @@
 // missing; set, every statement goes unprepared, wake-ups travel on a LISTEN connection straight
 // to PostgreSQL (or none at all: polls), and a handler's statement cut off at its timeout is
 // cancelled through the pooler.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
@@ -78,6 +80,30 @@ describe.runIf(postgresTarget.available && pgbouncerAvailable())('behind PgBounc
     vi.unstubAllEnvs();
     expect((await requeue('--pooler', 'session')).err).toContain("invalid option --pooler: 'transaction' is the one value (a pooler in session mode needs none), not 'session'");
   });
+
+  it('rea run --wait-for-database ends at once on a pooler it was not told of, naming the setting, rather than waiting as for a database that is down', async () => {
+    const bus = await testBus(postgresTarget, events, {});
+    // A first process through the pooler leaves rea's statements prepared on its one server session.
+    const first = createBus({ database: { postgres: bouncer.url, poolSize: 1 }, schema: bus.schema, events, relay: { enabled: false }, worker: { enabled: false } });
+    first.on('order.created', 'noop', () => {});
+    await first.start();
+    await first.stop();
+    const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
+    const module = fileURLToPath(new URL('./fixtures/serving-bus.ts', import.meta.url));
+    const child = spawn(process.execPath, ['--import', 'tsx', cli, 'run', module, '--wait-for-database', '60000'], {
+      stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, REA_FIXTURE_DATABASE_URL: bouncer.url, REA_FIXTURE_SCHEMA: bus.schema },
+    });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const t = Date.now();
+    const code = await Promise.race([new Promise((r) => child.on('exit', r)), new Promise((r) => setTimeout(r, 20_000, 'still waiting'))]);
+    if (code === 'still waiting') child.kill('SIGKILL');
+    // Before: "retrying in 250 ms", 500, 1000… for the whole minute.
+    expect(code).toBe(1);
+    expect(Date.now() - t).toBeLessThan(15_000);
+    expect(stderr).toContain("Set database.pooler: 'transaction'");
+    expect(stderr).not.toContain('retrying in');
+  }, 30_000);
 
   it("pooler: 'transaction' with listen straight to PostgreSQL: another process's events reach a plain and a transactional handler once each, woken within ms", async () => {
     const schema = freshSchema();

@@ -4,7 +4,7 @@ import { extname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { Bus } from '../bus.js';
-import { ModuleLoadError, OptionsError } from '../core/errors.js';
+import { DatabaseError, ModuleLoadError, OptionsError } from '../core/errors.js';
 import { namedMessage } from '../core/errors-format.js';
 import { MAX_TIMER_MS } from '../core/options.js';
 import { wholeNumber } from './settings.js';
@@ -86,7 +86,10 @@ async function untilReachable(bus: Bus<any>, waitMs: number, cancelled: () => bo
     } catch (err) {
       if (cancelled()) return false;
       const explained = bus.driver.explainError(err);
-      if (!bus.driver.isTransientError(err) || Date.now() + delay > until) throw explained;
+      // A pooler that rea was not told of is transient to the loops (nothing is wrong with the
+      // events), but no wait for the database mends it: said at once, not after --wait-for-database.
+      const misconfigured = explained instanceof DatabaseError && explained.kind === 'pooler';
+      if (!bus.driver.isTransientError(err) || misconfigured || Date.now() + delay > until) throw explained;
       console.error(`rea: ${(explained as Error).message}; retrying in ${delay} ms`);
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(5000, delay * 2);
