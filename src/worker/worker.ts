@@ -13,6 +13,7 @@ import { PollLoop } from '../core/poll.js';
 import { JobTraceScope, runInTrace } from '../core/trace.js';
 import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind } from '../driver/types.js';
 import { JobAbort } from './abort.js';
+import { JobCounts } from './counts.js';
 import type { JobChannel } from './channel.js';
 import { InlineRound, type InlineOutcome } from './inline.js';
 
@@ -64,8 +65,8 @@ export class Worker {
   private readonly loop: PollLoop;
   private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort; settled: Promise<void> }>();
   // Jobs running, and claimed but waiting in the buffer, per kind and per kind + target.
-  private readonly runningCount_ = new Map<string, number>();
-  private readonly bufferedCount = new Map<string, number>();
+  private readonly running = new JobCounts();
+  private readonly buffered = new JobCounts();
   private readonly channels: ReadonlyMap<JobKind, JobChannel>;
   private readonly completions: Batcher<Done>;
   private readonly failures: Batcher<FailureItem>;
@@ -243,7 +244,7 @@ export class Worker {
     this.bufferTimer = undefined;
     // Jobs claimed ahead but never started go straight back to the queue for another process.
     for (const { job } of this.buffer.splice(0)) {
-      this.count(this.bufferedCount, job, -1);
+      this.buffered.add(job, -1);
       this.settle(job, { kind: 'released' });
     }
     // Every running job settles: it finishes, or the deadline aborts it (the race rejects at once).
@@ -393,7 +394,7 @@ export class Worker {
       // Still in the buffer: out of it, to the queue (its row is 'available').
       this.buffer = this.buffer.filter(({ job }) => {
         if (!unstarted.has(job.id)) return true;
-        this.count(this.bufferedCount, job, -1);
+        this.buffered.add(job, -1);
         this.inlineOf.delete(job.id);
         return false;
       });
@@ -444,7 +445,7 @@ export class Worker {
     let at = this.buffer.length;
     while (at > 0 && this.buffer[at - 1]!.claimedAt > claimedAt) at--;
     const items = jobs.map((job) => {
-      this.count(this.bufferedCount, job, 1);
+      this.buffered.add(job, 1);
       return { job, claimedAt };
     });
     if (at === this.buffer.length) this.buffer.push(...items);
@@ -484,22 +485,14 @@ export class Worker {
   }
 
   private held(kind: JobKind, target?: string): number {
-    const key = target === undefined ? kind : `${kind}\0${target}`;
     const reserved = kind !== 'handler' ? 0 : target === undefined ? this.reservedTotal : this.reserved.get(target) ?? 0;
-    return (this.runningCount_.get(key) ?? 0) + (this.bufferedCount.get(key) ?? 0) + reserved;
+    return this.running.of(kind, target) + this.buffered.of(kind, target) + reserved;
   }
 
-  /** Jobs held (running or buffered) per target of one kind; the count maps drop zero entries, so this walks only live ones. */
+  /** Jobs held (running or buffered) per target of one kind; the counts drop zero entries, so this walks only live ones. */
   private heldByTarget(kind: JobKind): Map<string, number> {
-    const prefix = `${kind}\0`;
-    const out = new Map<string, number>();
-    for (const map of [this.runningCount_, this.bufferedCount]) {
-      for (const [key, n] of map) {
-        if (!key.startsWith(prefix)) continue;
-        const target = key.slice(prefix.length);
-        out.set(target, (out.get(target) ?? 0) + n);
-      }
-    }
+    const out = new Map(this.running.targets(kind));
+    for (const [target, n] of this.buffered.targets(kind)) out.set(target, (out.get(target) ?? 0) + n);
     return out;
   }
 
@@ -530,7 +523,7 @@ export class Worker {
     let head = 0;
     while (head < this.buffer.length && this.buffer[head]!.claimedAt < staleBefore) {
       const { job } = this.buffer[head++]!;
-      this.count(this.bufferedCount, job, -1);
+      this.buffered.add(job, -1);
       this.settle(job, { kind: 'released' });
     }
     // Start jobs in order; one whose target is at its own limit waits without blocking the rest.
@@ -540,7 +533,7 @@ export class Worker {
       const item = this.buffer[i]!;
       const channel = this.channels.get(item.job.kind)!;
       if (channel.canStart(item.job, (target) => this.runningOf(item.job.kind, target))) {
-        this.count(this.bufferedCount, item.job, -1);
+        this.buffered.add(item.job, -1);
         this.execute(item.job, channel);
       } else {
         (kept ??= []).push(item);
@@ -554,34 +547,38 @@ export class Worker {
   }
 
   private runningOf(kind: JobKind, target?: string): number {
-    return this.runningCount_.get(target === undefined ? kind : `${kind}\0${target}`) ?? 0;
-  }
-
-  /** Count a job under its kind and its kind + target (zero entries are dropped: webhook targets are many). */
-  private count(map: Map<string, number>, job: ClaimedJob, by: number): void {
-    bump(map, job.kind, by);
-    bump(map, `${job.kind}\0${job.target}`, by);
+    return this.running.of(kind, target);
   }
 
   private execute(job: ClaimedJob, channel: JobChannel): void {
     const abort = new JobAbort();
-    this.count(this.runningCount_, job, 1);
-    // run() handles everything a job can throw; a bug of rea's own must still not become an
-    // unhandled rejection (which ends the process): log it, and the job's lease brings it back.
-    const settled = this.run(job, channel, abort).catch((err: unknown) => {
+    this.running.add(job, 1);
+    this.active.set(job.id, { job, abort, settled: this.runToEnd(job, channel, abort) });
+  }
+
+  /**
+   * run(), then the job's slot is free. One async function for both, not run().catch().finally():
+   * that chain made four more promises per job, each paid again in AsyncLocalStorage's hooks and
+   * the garbage collector. Never rejects.
+   */
+  private async runToEnd(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
+    try {
+      await this.run(job, channel, abort);
+    } catch (err) {
+      // run() handles everything a job can throw; a bug of rea's own must still not become an
+      // unhandled rejection (which ends the process): log it, and the job's lease brings it back.
       this.deps.log.error({ err: errorMessage(err), job_id: job.id }, 'running a job failed inside rea; its lease will expire and the rescuer returns it');
-    }).finally(() => {
+    } finally {
       this.active.delete(job.id);
       this.inlineOf.delete(job.id);
-      this.count(this.runningCount_, job, -1);
+      this.running.add(job, -1);
       this.noteCompletion();
       this.dispatch();
       if (this.waitingForSlot && !this.stopping && this.buffer.length <= this.options.concurrency) {
         this.waitingForSlot = false;
         this.loop.wake();
       }
-    });
-    this.active.set(job.id, { job, abort, settled });
+    }
   }
 
   private noteCompletion(): void {
@@ -728,8 +725,3 @@ function byPriority(jobs: InlineJob[]): InlineJob[] {
   return [...jobs].sort((a, b) => a.priority - b.priority);
 }
 
-function bump(map: Map<string, number>, key: string, by: number): void {
-  const n = (map.get(key) ?? 0) + by;
-  if (n > 0) map.set(key, n);
-  else map.delete(key);
-}

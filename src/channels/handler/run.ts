@@ -104,7 +104,14 @@ export class LeaseLostError extends Error {
   }
 }
 
-/** The user's function, through an async wrapper so a synchronous throw becomes a rejection like any other. */
-async function call(handler: RegisteredHandler, job: ClaimedJob, ctx: HandlerContext): Promise<unknown> {
-  return handler.fn(job.event, ctx);
+/**
+ * The user's function, its synchronous throw turned into a rejection like any other. Not an async
+ * wrapper: that made a promise more per job around the one an async handler already returns.
+ */
+function call(handler: RegisteredHandler, job: ClaimedJob, ctx: HandlerContext): Promise<unknown> {
+  try {
+    return Promise.resolve(handler.fn(job.event, ctx));
+  } catch (err) {
+    return Promise.reject(err);
+  }
 }
