@@ -30,7 +30,8 @@ describeTargets('failure records on $name', (target) => {
     await bus.start();
     const discarded = bus.lifecycle.waitFor('job:discarded');
     await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
-    await discarded;
+    // The signal names it too, for a listener that counts failures by kind.
+    expect(await discarded).toMatchObject({ error: 'no such postcode', errorName: 'CarrierRejected', handler: 'ship' });
     const line = lines.find((l) => l.msg === 'job discarded');
     expect(line).toMatchObject({ level: 'warn', err: 'no such postcode', err_name: 'CarrierRejected', handler: 'ship' });
   });

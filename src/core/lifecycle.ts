@@ -7,8 +7,9 @@ export interface LifecycleEvents {
   'relay:error': { error: Error };
   // `handler` is the job's target: a handler name, or an endpoint id when kind is 'webhook'.
   'job:completed': { jobId: string; handler: string; eventId: string; attempt: number; durationMs: number; kind?: JobKindName };
-  'job:failed': { jobId: string; handler: string; eventId: string; attempt: number; error: string; retryAt: Date | null; kind?: JobKindName };
-  'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string; kind?: JobKindName };
+  // errorName: the failed attempt's error class as stored (TypeError, HandlerTimeoutError; the one a permanent() or retryAfter() wraps).
+  'job:failed': { jobId: string; handler: string; eventId: string; attempt: number; error: string; errorName?: string; retryAt: Date | null; kind?: JobKindName };
+  'job:discarded': { jobId: string; handler: string; eventId: string; attempt: number; error: string; errorName?: string; kind?: JobKindName };
   'job:skipped': { jobId: string; handler: string; eventId: string; reason: 'already-consumed' };
   'jobs:rescued': { rescued: number; discarded: number };
   /** The leader vacuumed rea's tables (autovacuum is off, or vacuum.mode is 'always'). */

@@ -693,7 +693,10 @@ export class Worker {
   }
 
   private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean): void {
-    const e = { jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message, kind: job.kind };
+    const e = {
+      jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message,
+      ...(failure.error.name ? { errorName: failure.error.name } : {}), kind: job.kind,
+    };
     if (discarded) this.deps.lifecycle.emit('job:discarded', e);
     else this.deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
   }
