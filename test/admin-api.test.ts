@@ -457,6 +457,27 @@ describeTargets('admin API on $name', (target) => {
     expect(page.text).toContain('invalid parameter state');
   });
 
+  test("the event page names a failed job's error class as the CLI does: 'TypeError: bad', but a plain Error's message alone", async () => {
+    const { bus, s } = await setup(target, { handlers: false });
+    bus.on('order.created', 'smtp', () => {
+      throw new Error('SMTP 550 mailbox gone');
+    }, { maxAttempts: 1 });
+    bus.on('order.created', 'parse', () => {
+      throw new TypeError('bad input');
+    }, { maxAttempts: 1 });
+    let discarded = 0;
+    const both = new Promise<void>((resolve) => bus.lifecycle.on('job:discarded', () => void (++discarded === 2 && resolve())));
+    await bus.start();
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'P1' }));
+    await both;
+    const page = await call(s.url, 'GET', `/events/${id}`, { headers: { cookie: await login(s.url) } });
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('<code>TypeError: bad input</code>');
+    expect(page.text).toContain('<code>SMTP 550 mailbox gone</code>');
+    // Before: 'Error: SMTP 550 mailbox gone', where rea's CLI prints the message alone.
+    expect(page.text).not.toContain('Error: SMTP 550');
+  });
+
   test('a subject or trace id longer than 500 characters is found by its filter, as the panel links it (it was a 400)', async () => {
     const { bus, s } = await setup(target);
     const subject = `customer:${'c'.repeat(600)}`;

@@ -35,8 +35,11 @@ function printable(value: unknown): string {
 
 /** `TypeError: x is undefined` for one line of output; a plain Error's message alone. */
 export function namedMessage(err: unknown): string {
-  const message = errorMessage(err);
-  const name = err instanceof Error ? printable(err.name) : '';
+  return nameAndMessage(err instanceof Error ? printable(err.name) : '', errorMessage(err));
+}
+
+/** The same line from a stored error entry's name and message. */
+export function nameAndMessage(name: string | undefined, message: string): string {
   return name && name !== 'Error' && !message.startsWith(name) ? `${name}: ${message}` : message;
 }
 

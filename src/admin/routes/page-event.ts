@@ -1,4 +1,5 @@
 // GET /events/:id: one event with payload, trace id, state, its jobs and its delivery attempts.
+import { nameAndMessage } from '../../core/errors-format.js';
 import { plural } from '../../core/format.js';
 import { loadEvent } from '../data.js';
 import { actionButton, badge, duration, html, layout, prettyJson, table, time } from '../html.js';
@@ -45,7 +46,7 @@ ${e.lastError ? html`<h2>Last fan-out error</h2><pre class="err">${e.lastError}<
 ${table(['Job', 'Kind', 'Target', 'State', 'Attempt', 'When', 'Last error', ''], jobRows, e.deliveredInline.length ? 'No jobs: every delivery succeeded inline.' : 'No jobs (not fanned out yet, or no subscriber).')}
 <h2>Delivery attempts</h2>
 ${table(['When', 'Endpoint', 'Attempt', 'Outcome', 'HTTP', 'Took', 'Response / error'], attemptRows, 'No webhook deliveries.')}
-${errors.length ? html`<h2>Job errors</h2>${table(['Job', 'Target', 'Attempt', 'At', 'Error'], errors.map((x) => [x.job, html`<code>${x.target}</code>`, x.attempt, time(x.at), html`<code>${x.name ? `${x.name}: ` : ''}${x.message}</code>`]))}` : ''}`;
+${errors.length ? html`<h2>Job errors</h2>${table(['Job', 'Target', 'Attempt', 'At', 'Error'], errors.map((x) => [x.job, html`<code>${x.target}</code>`, x.attempt, time(x.at), html`<code>${nameAndMessage(x.name, x.message)}</code>`]))}` : ''}`;
     return { html: layout(p, `Event ${e.type}`, body) };
   },
 });
