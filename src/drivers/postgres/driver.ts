@@ -519,16 +519,16 @@ export class PostgresDriver implements Driver {
     // end() alone sends Terminate and waits for the server's side to close, which a connection
     // that has gone quiet may never do: destroy the socket too (still connecting, or not).
     health.client.end().catch(() => {});
-    (health.client as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
+    dropConnection(health.client);
   }
 
   /** A connection outside the pool, with the pool's settings, or database.listen's for the LISTEN and wake-up connections. */
   private ownClient(applicationName: string, use?: 'listen'): pg.Client {
-    if (use === 'listen' && typeof this.options.listen === 'string') {
-      return new pg.Client({ connectionString: this.options.listen, application_name: applicationName, ...this.listenSocket });
-    }
-    return this.connectionString
-      ? new pg.Client({ connectionString: this.connectionString, application_name: applicationName, ...this.socket })
+    const [url, socket] = use === 'listen' && typeof this.options.listen === 'string'
+      ? [this.options.listen, this.listenSocket]
+      : [this.connectionString, this.socket];
+    return url
+      ? new pg.Client({ connectionString: url, application_name: applicationName, ...socket })
       : new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: applicationName });
   }
 
