@@ -1015,6 +1015,19 @@ describeTargets('admin API on $name', (target) => {
     for (const ep of endpoints) expect(text).not.toContain(ep.id);
   });
 
+  test('processMetrics: false leaves out the series only a process that runs handlers can count; the shared gauges stay', async () => {
+    // rea panel, or a web server that only records, showed rea_webhook_deliveries_total{outcome="failure"} 0
+    // and an empty duration histogram while the workers elsewhere failed: zeros that read as "all well".
+    const { bus } = await setup(target);
+    const s = await serve(createAdminHandler(bus, { auth: { token: TOKEN }, processMetrics: false }));
+    const text = (await call(s.url, 'GET', '/metrics', { headers: bearer() })).text;
+    expect(text).toContain('rea_events_backlog 0');
+    expect(text).toContain('rea_alert_active{alert="events_poisoned"} 0');
+    expect(text).not.toContain('rea_webhook_deliveries_total');
+    expect(text).not.toContain('rea_handler_duration_seconds');
+    expect(() => createAdminHandler(bus, { auth: 'none', processMetrics: 'no' as never })).toThrow(/processMetrics: must be true or false, not "no"/);
+  });
+
   test('rea_webhook_deliveries_total counts deliveries of events, not test deliveries', async () => {
     const { bus, s } = await setup(target, { handlers: false, start: true });
     const r = await receiver((_q, res) => { res.statusCode = 500; res.end('down'); });

@@ -4,7 +4,9 @@ import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isLoopbackHost } from '../src/admin/auth.js';
 import { startPanel } from '../src/cli/panel.js';
+import { createBus, defineEvents } from '../src/index.js';
 import { call, TOKEN } from './helpers/admin.js';
+import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
 
 const base = { port: '0', host: '127.0.0.1', tokenEnv: 'REA_TEST_PANEL_TOKEN', pglite: 'memory://' };
 
@@ -87,6 +89,28 @@ describe('rea panel', () => {
       await open.close();
     }
   }, 60_000); // two embedded databases start, 2-5 s each, and more on a loaded machine
+
+  it.skipIf(!postgresTarget.available)("its /metrics has the shared gauges, not the zero durations and delivery counts of a process that runs no handlers", async () => {
+    // They read as "no failures" (rea_webhook_deliveries_total{outcome="failure"} 0) while the
+    // workers of `rea run` failed: the panel counts only what its own process runs, which is nothing.
+    const schema = freshSchema();
+    process.env.REA_TEST_PANEL_TOKEN = TOKEN;
+    await postgresTarget.query(`create schema "${schema}"`);
+    const migrating = createBus({ database: { postgres: PG_URL, poolSize: 1 }, schema, events: defineEvents({}) });
+    await migrating.migrate();
+    await migrating.stop();
+    const panel = await startPanel({ ...base, pglite: undefined, databaseUrl: PG_URL, schema });
+    try {
+      const metrics = await call(panel.url, 'GET', '/metrics', { headers: { authorization: `Bearer ${TOKEN}` } });
+      expect(metrics.status).toBe(200);
+      expect(metrics.text).toContain('rea_alert_active{alert="events_backlog"} 0');
+      expect(metrics.text).not.toContain('rea_webhook_deliveries_total');
+      expect(metrics.text).not.toContain('rea_handler_duration_seconds');
+    } finally {
+      await panel.close();
+      await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
 
   // Behind a proxy that passes its upstream's name as Host (nginx's default), the browser's Origin
   // is not the Host the panel sees, and rea panel had no way to say so: every button was a 403.

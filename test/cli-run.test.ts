@@ -5,7 +5,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { createServer, type AddressInfo } from 'node:net';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { freshSchema, PG_URL, postgresTarget } from './helpers/db.js';
 
 const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
@@ -94,6 +95,59 @@ describe.skipIf(!postgresTarget.available)('rea run shutdown', () => {
     if (code !== 1) run.child.kill('SIGKILL');
     expect(code).toBe(1);
     expect(run.stderr()).toMatch(/rea: rea's tables are not in schema "t_[0-9a-f]+" .*: run the migrations first/);
+  });
+});
+
+describe.skipIf(!postgresTarget.available)('rea run --admin-port', () => {
+  const adminUrl = (stderr: string) => /rea: admin handler \(\/metrics, \/healthz, panel\) at (http:\/\/127\.0\.0\.1:\d+\/)/.exec(stderr)![1]!;
+
+  it("serves /metrics with this process's handler durations, and /healthz, until the process stops", async () => {
+    // A worker run by `rea run` had no HTTP at all: its handler durations and delivery counts,
+    // which only the process that runs them can count, could not be scraped anywhere.
+    const schema = freshSchema();
+    const token = 'r'.repeat(40);
+    try {
+      const run = runCli(['run', serving, '--migrate', '--admin-port', '0', '--token-env', 'REA_TEST_RUN_TOKEN'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: schema, REA_TEST_RUN_TOKEN: token });
+      await run.waitFor(/rea: running/);
+      const url = adminUrl(run.stderr());
+      expect(run.stderr()).not.toContain(token);
+      expect((await fetch(new URL('metrics', url))).status).toBe(401);
+      const done = `select count(*)::int as n from "${schema}".events where fanned_out_at is not null`;
+      await postgresTarget.query(`insert into "${schema}".events (id, type, payload) values (gen_random_uuid(), 'x.happened', '{}')`);
+      const scrape = async () => (await fetch(new URL('metrics', url), { headers: { authorization: `Bearer ${token}` } })).text();
+      await vi.waitFor(async () => expect(await scrape()).toMatch(/rea_handler_duration_seconds_count\{handler="noop",kind="handler"\} 1/), { timeout: 10_000 });
+      expect((await postgresTarget.query(done))[0]).toEqual({ n: 1 });
+      const health = await fetch(new URL('healthz', url));
+      expect(health.status).toBe(200); // public, for an orchestrator's probe
+      run.child.kill('SIGTERM');
+      expect(await run.exited).toBe(0);
+      await expect(fetch(new URL('healthz', url))).rejects.toThrow();
+    } finally {
+      await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
+  it('without its token: a usage error naming --token-env before anything starts, exit 2', async () => {
+    const run = runCli(['run', serving, '--admin-port', '0', '--token-env', 'REA_TEST_RUN_NO_TOKEN'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
+    expect(await run.exited).toBe(2);
+    expect(run.stderr()).toContain('rea: invalid option --token-env: set REA_TEST_RUN_NO_TOKEN to the admin token');
+    expect(run.stderr()).not.toContain('rea: running');
+  });
+
+  it('a port in use is a usage error naming --admin-port, exit 2, nothing started', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as AddressInfo).port;
+    try {
+      const run = runCli(['run', serving, '--admin-port', String(port), '--no-auth'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
+      const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s later'))]);
+      if (code !== 2) run.child.kill('SIGKILL');
+      expect(code).toBe(2);
+      expect(run.stderr()).toContain(`rea: invalid option --admin-port: port ${port} on 127.0.0.1 is already in use`);
+      expect(run.stderr()).not.toContain('rea: running');
+    } finally {
+      await new Promise<void>((resolve) => taken.close(() => resolve()));
+    }
   });
 });
 

@@ -27,6 +27,12 @@ export interface AdminHandlerOptions {
   leaderGraceMs?: number;
   /** Overview page reload interval in seconds (default 5; at least 1; 0 turns it off). */
   refreshSeconds?: number;
+  /**
+   * /metrics includes this process's handler durations and webhook delivery counts (default true).
+   * false where this process runs no handlers and no deliveries (a web server that only records):
+   * there they would be zeros.
+   */
+  processMetrics?: boolean;
 }
 
 export type AdminHandler = ((req: IncomingMessage, res: ServerResponse, next?: (err?: unknown) => void) => void) & {
@@ -48,7 +54,7 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   const publicHealth = checkBoolean('publicHealth', options.publicHealth, true);
   const leaderGraceMs = checkNumber('leaderGraceMs', options.leaderGraceMs, 30_000);
   const refreshS = checkRefresh(options.refreshSeconds);
-  const metrics = new AdminMetrics(bus);
+  const metrics = new AdminMetrics(bus, checkBoolean('processMetrics', options.processMetrics, true));
   const compiled: Compiled[] = allRoutes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }));
 
   async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -290,7 +296,7 @@ export function checkOrigins(origins: unknown): string[] {
  * Strict as the bus's options are: a misspelt `basepath` answered every request 404 (the mount
  * path was never stripped), and a misspelt `publichealth: false` left /healthz public.
  */
-const OPTION_KEYS: readonly string[] = ['auth', 'basePath', 'allowedOrigins', 'publicHealth', 'leaderGraceMs', 'refreshSeconds'];
+const OPTION_KEYS: readonly string[] = ['auth', 'basePath', 'allowedOrigins', 'publicHealth', 'leaderGraceMs', 'refreshSeconds', 'processMetrics'];
 function checkOptionKeys(options: unknown): void {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new OptionsError('createAdminHandler(options)', `must be an object { ${OPTION_KEYS.join(', ')} }`);
   const unknown = Object.keys(options).filter((key) => !OPTION_KEYS.includes(key));

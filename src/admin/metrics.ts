@@ -1,7 +1,7 @@
 // GET /metrics: Prometheus text from a private registry (never prom-client's global one, so an
 // application's own metrics and two handlers never collide). Gauges are read from the overview
 // at scrape time; handler durations and delivery outcomes are counted from this process's
-// lifecycle signals.
+// lifecycle signals, and left out where this process runs no handlers (processMetrics: false).
 import { createRequire } from 'node:module';
 import type * as PromClient from 'prom-client';
 import { alertEvaluators } from './alerts.js';
@@ -13,7 +13,8 @@ const prom = () => createRequire(import.meta.url)('prom-client') as typeof PromC
 
 export class AdminMetrics {
   private readonly p = prom();
-  readonly registry = new this.p.Registry();
+  private readonly shared = new this.p.Registry();
+  readonly registry: PromClient.Registry;
   private readonly backlog = this.gauge('rea_events_backlog', 'Unfanned, unpoisoned events waiting for the relay');
   private readonly poisoned = this.gauge('rea_events_poisoned', 'Events quarantined after repeated fan-out failures');
   private readonly oldest = this.gauge('rea_events_oldest_unfanned_age_seconds', 'Age of the oldest unfanned event (0 when none)');
@@ -21,14 +22,16 @@ export class AdminMetrics {
   private readonly tables = this.gauge('rea_table_size_bytes', "Total size of each rea table with indexes and TOAST", ['table']);
   private readonly alerts = this.gauge('rea_alert_active', 'Alerts currently raised by the overview (1 while active)', ['alert']);
   private readonly leader = this.gauge('rea_leader_lease_valid', '1 when some instance holds an unexpired leader lease');
+  /** This process's own series, in a registry of their own so a process that runs no work leaves them out. */
+  private readonly own = new this.p.Registry();
   private readonly durations = new this.p.Histogram({
     name: 'rea_handler_duration_seconds', help: 'Run time of jobs completed by this process, by target and kind',
     labelNames: ['handler', 'kind'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-    registers: [this.registry],
+    registers: [this.own],
   });
   private readonly deliveries = new this.p.Counter({
     name: 'rea_webhook_deliveries_total', help: 'Webhook delivery attempts of events made by this process, by outcome (test deliveries not counted)',
-    labelNames: ['outcome'], registers: [this.registry],
+    labelNames: ['outcome'], registers: [this.own],
   });
   private readonly offs: (() => void)[] = [];
   // Every alert rea can raise has its series from the first scrape, at 0 until it is raised:
@@ -37,7 +40,17 @@ export class AdminMetrics {
   // "not scraped", and a dashboard had nothing to show until the first incident.
   private readonly knownAlerts = new Set<string>(alertEvaluators.map((e) => e.name));
 
-  constructor(private readonly bus: AdminBus) {
+  /**
+   * processMetrics: whether this process runs handlers or webhook deliveries. Where it does not (rea
+   * panel, a web server that only records), its durations and delivery counts would be zeros that
+   * read as "no failures" while the workers elsewhere fail; they are left out instead.
+   */
+  constructor(private readonly bus: AdminBus, processMetrics = true) {
+    if (!processMetrics) {
+      this.registry = this.shared;
+      return;
+    }
+    this.registry = this.p.Registry.merge([this.shared, this.own]) as PromClient.Registry;
     // A webhook job's target is its endpoint's id: as a label value, 15 series (buckets, sum,
     // count) per endpoint in every process, however many thousands of endpoints there are. So
     // deliveries are one series (handler ""); per-endpoint figures are the attempt log's.
@@ -77,6 +90,6 @@ export class AdminMetrics {
   }
 
   private gauge(name: string, help: string, labelNames: string[] = []): PromClient.Gauge {
-    return new this.p.Gauge({ name, help, labelNames, registers: [this.registry] });
+    return new this.p.Gauge({ name, help, labelNames, registers: [this.shared] });
   }
 }

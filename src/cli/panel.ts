@@ -10,12 +10,8 @@ import { adminBus } from './admin-bus.js';
 import { addConnectionFlags, checkPort, type ConnectionFlags } from './settings.js';
 import { flagError } from './usage-error.js';
 
-export interface PanelFlags extends ConnectionFlags {
+export interface PanelFlags extends ConnectionFlags, AdminServeFlags {
   port: string;
-  host: string;
-  auth?: boolean;
-  tokenEnv: string;
-  allowedOrigin?: string[];
 }
 
 export function panelCommand(): Command {
@@ -49,11 +45,22 @@ async function openWithin(bus: ReturnType<typeof adminBus>, ms: number): Promise
   }
 }
 
-export async function startPanel(flags: PanelFlags): Promise<{ url: string; close: () => Promise<void> }> {
-  const port = checkPort('--port', flags.port);
+/** The flags that say how an admin handler served by the CLI authenticates (rea panel, rea run --admin-port). */
+export interface AdminServeFlags {
+  host: string;
+  auth?: boolean;
+  tokenEnv: string;
+  allowedOrigin?: string[];
+}
+
+/**
+ * Credentials and allowed origins from the flags; `hostFlag` names the bind address's flag in errors.
+ * Checked before anything opens, so a missing token is said at once.
+ */
+export function adminServeSettings(flags: AdminServeFlags, hostFlag: string): { auth: AdminAuth; allowedOrigins: string[] } {
   const noAuth = flags.auth === false;
   // A panel without credentials on a reachable address would hand the repair buttons to anyone.
-  if (noAuth && !isLoopbackHost(flags.host)) throw new OptionsError('--host', `--no-auth only binds a loopback address (127.0.0.1, ::1, localhost), not ${flags.host}`);
+  if (noAuth && !isLoopbackHost(flags.host)) throw new OptionsError(hostFlag, `--no-auth only binds a loopback address (127.0.0.1, ::1, localhost), not ${flags.host}`);
   const token = process.env[flags.tokenEnv];
   if (!noAuth && !token) throw new OptionsError('--token-env', `set ${flags.tokenEnv} to the admin token (e.g. export ${flags.tokenEnv}=$(openssl rand -hex 32)), or pass --no-auth on a loopback address`);
   // Checked here, so a token that is too short or holds a newline is named by its variable, not
@@ -61,12 +68,16 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
   const auth: AdminAuth = noAuth ? 'none' : resolveAuth({ token: token! }, process.env, flags.tokenEnv);
   // Behind a proxy that passes its upstream's name as Host (nginx's default), the browser's Origin
   // is not the Host the panel sees: without these, every button was refused as cross-site.
-  let allowedOrigins: string[];
   try {
-    allowedOrigins = checkOrigins(flags.allowedOrigin);
+    return { auth, allowedOrigins: checkOrigins(flags.allowedOrigin) };
   } catch (err) {
     throw err instanceof OptionsError ? flagError(err, (option) => (option === 'allowedOrigins' ? '--allowed-origin' : undefined)) ?? err : err;
   }
+}
+
+export async function startPanel(flags: PanelFlags): Promise<{ url: string; close: () => Promise<void> }> {
+  const port = checkPort('--port', flags.port);
+  const { auth, allowedOrigins } = adminServeSettings(flags, '--host');
   const bus = adminBus(flags);
   try {
     // Bind the port first, so a port in use is said at once rather than after the database has
@@ -75,7 +86,8 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
     // still starting down (its check gives up after 2 s). A server that is down or does not answer
     // within OPEN_WAIT_MS is no reason not to serve: the panel and /healthz say so.
     const opened = openWithin(bus, OPEN_WAIT_MS);
-    const panel = await servePanel(bus, { port, host: flags.host, auth, allowedOrigins, ready: opened })
+    // The panel runs no handlers: this process's durations and delivery counts would be zeros.
+    const panel = await servePanel(bus, { port, host: flags.host, auth, allowedOrigins, ready: opened, processMetrics: false })
       .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
     await opened;
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
@@ -86,21 +98,25 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
 }
 
 /** A listen error on host:port as a usage error naming the port and `flag`; others as they are. */
-export function listenError(err: unknown, o: { host: string; port: number; flag: string }): unknown {
+export function listenError(err: unknown, o: { host: string; port: number; flag: string; hostFlag?: string }): unknown {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   if (code === 'EADDRINUSE') return new OptionsError(o.flag, `port ${o.port} on ${o.host} is already in use; pick another with ${o.flag}, or 0 for a free one`);
   if (code === 'EACCES') return new OptionsError(o.flag, `not permitted to listen on port ${o.port} on ${o.host} (EACCES); pick a port above 1023 with ${o.flag}, or 0 for a free one`);
-  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') return new OptionsError('--host', `cannot listen on ${o.host}: no such local address (${code})`);
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') return new OptionsError(o.hostFlag ?? '--host', `cannot listen on ${o.host}: no such local address (${code})`);
   return err;
 }
 
 /** Serve the admin handler for `bus` on host:port (0 picks a free port); the bus stays the caller's. */
 export async function servePanel(
   bus: AdminBus,
-  o: { port: number; host: string; auth: AdminAuth; allowedOrigins?: string[]; /** Requests wait for it before they are handled. */ ready?: Promise<void> },
+  o: {
+    port: number; host: string; auth: AdminAuth; allowedOrigins?: string[];
+    /** Requests wait for it before they are handled. */ ready?: Promise<void>;
+    /** As createAdminHandler's (default true). */ processMetrics?: boolean;
+  },
 ): Promise<{ url: string; close: () => Promise<void> }> {
   if (o.auth === 'none' && !isLoopbackHost(o.host)) throw new OptionsError('host', `auth 'none' only binds a loopback address, not ${o.host}`);
-  const handler = createAdminHandler(bus, { auth: o.auth, allowedOrigins: o.allowedOrigins });
+  const handler = createAdminHandler(bus, { auth: o.auth, allowedOrigins: o.allowedOrigins, processMetrics: o.processMetrics });
   const { ready } = o;
   const server = createServer(ready ? (req, res) => void ready.then(() => handler(req, res)) : handler);
   await new Promise<void>((resolve, reject) => {

@@ -7,7 +7,15 @@ import type { Bus } from '../bus.js';
 import { DatabaseError, ModuleLoadError, OptionsError } from '../core/errors.js';
 import { namedMessage } from '../core/errors-format.js';
 import { MAX_TIMER_MS } from '../core/options.js';
-import { wholeNumber } from './settings.js';
+import { adminServeSettings, listenError, servePanel, type AdminServeFlags } from './panel.js';
+import { checkPort, wholeNumber } from './settings.js';
+
+interface RunFlags extends AdminServeFlags {
+  migrate?: boolean;
+  stopTimeout: number;
+  waitForDatabase: number;
+  adminPort?: string;
+}
 
 /** How long `rea run` lets the process end on its own once the bus has stopped (or failed to start). */
 const EXIT_AFTER_STOP_MS = 1000;
@@ -22,8 +30,24 @@ export function runCommand(): Command {
     .option('--migrate', 'run migrations before starting')
     .option('--stop-timeout <ms>', 'how long running handlers get to finish on shutdown', wholeNumber(0, MAX_TIMER_MS), 10_000)
     .option('--wait-for-database <ms>', 'keep retrying while the database is unreachable at start-up', wholeNumber(0), 120_000)
-    .action(async (modulePath: string, flags: { migrate?: boolean; stopTimeout: number; waitForDatabase: number }) => {
+    .option('--admin-port <n>', "serve rea's admin handler from this process: /metrics (with this process's handler durations and webhook deliveries), /healthz, the panel and HTTP API; off unless given")
+    .option('--host <address>', 'address --admin-port binds', '127.0.0.1')
+    .option('--token-env <name>', 'environment variable holding the admin token for --admin-port', 'REA_ADMIN_TOKEN')
+    .option('--no-auth', 'serve --admin-port without credentials (loopback addresses only)')
+    .option('--allowed-origin <origins>', "comma-separated origins --admin-port's panel is reached at through a proxy that rewrites Host", (v: string) => v.split(',').map((s) => s.trim()).filter(Boolean))
+    .action(async (modulePath: string, flags: RunFlags) => {
+      // Checked before the module loads, so a missing token or a bad port is said at once.
+      const admin = flags.adminPort === undefined ? undefined : { port: checkPort('--admin-port', flags.adminPort), ...adminServeSettings(flags, '--host') };
       const bus = await loadBus(modulePath);
+      // Bound before start-up, so a port in use is said at once, and /healthz answers (503 while
+      // the database is unreachable) during --wait-for-database.
+      const served = admin && await servePanel(bus, { ...admin, host: flags.host })
+        .catch(async (err: unknown) => {
+          await bus.stop().catch(() => {});
+          exitSoon();
+          throw listenError(err, { host: flags.host, port: admin.port, flag: '--admin-port' });
+        });
+      if (served) console.error(`rea: admin handler (/metrics, /healthz, panel) at ${served.url}${admin!.auth === 'none' ? ' (no auth: loopback only)' : ''}`);
       let stopping: string | undefined;
       const stopped = new Promise<void>((done) => {
         const stop = async (signal: string) => {
@@ -57,6 +81,7 @@ export function runCommand(): Command {
         if (started && stopping === undefined) console.error(`rea: running (${bus.instanceId}, schema ${bus.schema}); Ctrl-C stops`);
         await stopped;
       } finally {
+        await served?.close();
         // rea's handlers took the signals' place, so a signal no longer ends the process: the
         // module may still hold it open (its own HTTP server, an interval), and a SIGTERM from a
         // process manager, or a start-up that failed, would then wait for a SIGKILL. Let the
