@@ -661,6 +661,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async overview() {
       const facts = await explained(driver.operations.overviewFacts({
         exactLimit: exactCountLimit, backlogThreshold: alertThresholds.eventsBacklog, handlerUnattendedMs: alertThresholds.handlerUnattendedMs,
+        jobsWaitingMs: alertThresholds.jobsWaitingMs,
       }));
       // The database's clock unless one is injected: created_at comes from it, so ages never mix two clocks.
       const now = clock.now()?.getTime() ?? facts.readAt.getTime();

@@ -995,7 +995,7 @@ describeTargets('admin API on $name', (target) => {
     expect(m.text).toMatch(/rea_table_size_bytes\{table="events"\} \d+/);
     expect(m.text).not.toContain('process_cpu'); // a private registry: no default metrics of the host app
     // Every alert has its series before it is ever raised, at 0.
-    for (const alert of ['events_backlog', 'events_poisoned', 'jobs_discarded', 'handler_unattended', 'endpoint_disabled']) {
+    for (const alert of ['events_backlog', 'events_poisoned', 'jobs_discarded', 'jobs_waiting', 'handler_unattended', 'endpoint_disabled']) {
       expect(m.text).toContain(`rea_alert_active{alert="${alert}"} 0`);
     }
   });

@@ -23,6 +23,7 @@ function facts(over: Partial<OverviewFacts> = {}, jobs: Partial<Record<JobState,
     endpointsDisabled: 0,
     endpointsDisabledSince: null,
     unattendedHandlers: [],
+    waitingJobs: [],
     tables: [],
     ...over,
   };
@@ -73,8 +74,8 @@ describe('alerts', () => {
   it('thresholds are configurable and -1 turns an alert off', () => {
     const f = facts({ backlog: { value: 50, estimated: false }, oldestUnfannedAt: at(3_600_000), poisoned: { value: 1, estimated: false } }, { discarded: 5 });
     expect(names(f)).toEqual(['events_backlog', 'events_poisoned', 'jobs_discarded']);
-    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10, endpointsDisabled: 0, handlerUnattendedMs: -1 })).toEqual(['events_backlog']);
-    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5, endpointsDisabled: 0, handlerUnattendedMs: -1 })).toEqual([]);
+    expect(names(f, { eventsBacklog: 10, eventsBacklogAgeMs: -1, eventsPoisoned: -1, jobsDiscarded: 10, endpointsDisabled: 0, handlerUnattendedMs: -1, jobsWaitingMs: -1 })).toEqual(['events_backlog']);
+    expect(names(f, { eventsBacklog: -1, eventsBacklogAgeMs: -1, eventsPoisoned: 1, jobsDiscarded: 5, endpointsDisabled: 0, handlerUnattendedMs: -1, jobsWaitingMs: -1 })).toEqual([]);
   });
 
   it('the registry is extensible: an extra evaluator is evaluated in order after the built-ins', () => {
@@ -110,6 +111,26 @@ describe('alerts', () => {
       since: at(20 * 60_000 - thresholds.handlerUnattendedMs),
     });
     expect(a!.message).toBe("2 waiting jobs of handler 'sms', which no bus stores (it was forgotten), have waited 20 min: start a process that registers it, or `rea handlers forget sms` (cancels them)");
+  });
+
+  it('jobs_waiting names the queue whose next job has been due longest and no worker took; several are listed; -1 turns it off', () => {
+    // A handler falling behind (a slow downstream, too few workers) raised nothing: the job counts
+    // are not an age, and handler_unattended fires only when no worker runs the handler at all.
+    const one = facts({ waitingJobs: [{ kind: 'handler', target: 'mailer', dueAt: at(7 * 60_000) }] });
+    const [a] = evaluateAlerts(one, thresholds, NOW);
+    expect(a).toMatchObject({
+      name: 'jobs_waiting', figure: 7 * 60_000, threshold: thresholds.jobsWaitingMs, unit: 'ms',
+      since: at(7 * 60_000 - thresholds.jobsWaitingMs), estimated: false,
+    });
+    expect(a!.message).toBe("handler 'mailer': the next job has been due for 7 min and no worker has taken it (threshold 5 min): the workers are behind or not running; add processes or raise their concurrency, or see which handler is slow (rea jobs list --state running)");
+    const many = facts({ waitingJobs: [
+      { kind: 'webhook', target: null, dueAt: at(3_600_000) },
+      ...['a', 'b', 'c'].map((name, i) => ({ kind: 'handler' as const, target: name, dueAt: at(600_000 - i) })),
+    ] });
+    const [m] = evaluateAlerts(many, thresholds, NOW);
+    expect(m).toMatchObject({ figure: 3_600_000, unit: 'ms' });
+    expect(m!.message).toMatch(/^4 queues have jobs due and not taken, the longest for 60 min \(webhook deliveries, handler 'a', handler 'b', …\)/);
+    expect(names(one, { ...thresholds, jobsWaitingMs: -1 })).toEqual([]);
   });
 
   it('endpoint_disabled fires for any disabled webhook endpoint, since the earliest disable; -1 turns it off', () => {

@@ -78,7 +78,7 @@ describeTargets('overview on $name', (target) => {
     // One transaction each, so each has its own created_at.
     for (let i = 0; i < 10; i++) await record(bus, 1);
     const created = (await target.query(`select created_at from "${bus.schema}".events order by id`)).map((r: any) => new Date(r.created_at));
-    const facts = (backlogThreshold: number) => bus.driver.operations.overviewFacts({ exactLimit: 5, backlogThreshold, handlerUnattendedMs: -1 });
+    const facts = (backlogThreshold: number) => bus.driver.operations.overviewFacts({ exactLimit: 5, backlogThreshold, handlerUnattendedMs: -1, jobsWaitingMs: -1 });
     expect((await facts(4)).backlogCrossedAt).toEqual(created[4]);
     expect((await facts(5)).backlogCrossedAt).toEqual(created[5]);
     // Found, it took an OFFSET walk of threshold entries, however large the threshold was set.
@@ -88,6 +88,39 @@ describeTargets('overview on $name', (target) => {
     await target.query(`analyze "${bus.schema}".events`);
     const [alert] = (await bus.overview()).alerts;
     expect(alert).toMatchObject({ name: 'events_backlog', threshold: 7, unit: 'events', since: null, estimated: true });
+  });
+
+  test("jobs_waiting: a queue's next due job that no worker has taken for longer than the threshold, for handlers and webhook deliveries", async () => {
+    // Workers falling behind raised nothing: 454,000 jobs waited, and the overview said "alerts none".
+    const bus = await testBus(target, events, quiet);
+    const s = bus.schema;
+    const handler = (name: string) => ({ name, patterns: ['note.saved'], coalesceSubject: false, maxAttempts: 5, leaseMs: 1000, priority: 0 });
+    await bus.driver.executor.handlerUpsertMany([handler('slow'), handler('fast')]);
+    const [eventId] = await record(bus, 1);
+    const add = (kind: string, name: string, state: string, due: string) => target.query(
+      `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, scheduled_at)
+       values ($1, $2, $3, 5, 1000, $4, now() + $5::interval)`, [eventId, kind, name, state, due]);
+    await add('handler', 'slow', 'available', '-10 minutes'); // its next job in claim order
+    await add('handler', 'slow', 'retryable', '1 hour'); // not due yet: never counted
+    await add('handler', 'fast', 'available', '-1 minute'); // due, within the threshold
+    await add('webhook', '0190d6f6-0000-7000-8000-000000000001', 'retryable', '-8 minutes');
+    await add('webhook', '0190d6f6-0000-7000-8000-000000000002', 'available', '2 hours');
+
+    const [alert, ...rest] = (await bus.overview()).alerts;
+    expect(rest).toEqual([]);
+    expect(alert).toMatchObject({ name: 'jobs_waiting', threshold: 5 * 60_000, unit: 'ms', estimated: false });
+    expect(alert!.figure).toBeGreaterThanOrEqual(10 * 60_000 - 1000);
+    expect(alert!.figure).toBeLessThan(11 * 60_000);
+    expect(alert!.message).toMatch(/^2 queues have jobs due and not taken, the longest for 10 min \(handler 'slow', webhook deliveries\)/);
+
+    // A worker takes them: nothing due is left untaken.
+    await target.query(`update "${s}".jobs set state = 'running', lease_expires_at = now() + interval '1 hour' where scheduled_at < now() - interval '5 minutes'`);
+    expect((await bus.overview()).alerts).toEqual([]);
+    // Off with -1.
+    await add('handler', 'slow', 'available', '-10 minutes');
+    const off = await testBus(target, events, { ...quiet, schema: s, alerts: { jobsWaitingMs: -1 } } as never);
+    expect((await off.overview()).alerts).toEqual([]);
+    expect((await bus.overview()).alerts.map((a) => a.name)).toEqual(['jobs_waiting']);
   });
 
   test('alerts fire past their thresholds with their since, and clear after the fix', async () => {

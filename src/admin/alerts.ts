@@ -9,7 +9,7 @@ import type { OverviewFacts } from '../driver/operations.js';
 import { plural } from '../core/format.js';
 
 export interface Alert {
-  /** events_backlog, events_poisoned, jobs_discarded, handler_unattended (webhooks add endpoint_disabled). */
+  /** events_backlog, events_poisoned, jobs_discarded, jobs_waiting, handler_unattended, endpoint_disabled. */
   name: string;
   /** The observed value that breaches the threshold. */
   figure: number;
@@ -32,6 +32,8 @@ export interface AlertThresholds {
   endpointsDisabled: number;
   /** ms without a heartbeat (see worker.heartbeatMs) after which a handler with waiting jobs is unattended. */
   handlerUnattendedMs: number;
+  /** ms a handler's next job (or the next webhook delivery) may stay due and untaken. */
+  jobsWaitingMs: number;
 }
 
 export interface AlertEvaluator {
@@ -144,7 +146,33 @@ export const handlerUnattendedAlert: AlertEvaluator = {
   },
 };
 
-export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert, handlerUnattendedAlert, endpointDisabledAlert];
+/**
+ * Jobs that are due and no worker takes: the next job in claim order of a handler (or of webhook
+ * deliveries) has been due longer than jobsWaitingMs. The workers are too few or too slow for
+ * the load, or none runs. events_backlog watches the relay; this watches what comes after it,
+ * where a handler falling behind raised nothing (the counts are not an age). Figure and threshold
+ * are times: how long the longest-waiting queue's next job has been due; the queues are named.
+ */
+export const jobsWaitingAlert: AlertEvaluator = {
+  name: 'jobs_waiting',
+  evaluate(f, t, now) {
+    const list = f.waitingJobs;
+    if (!on(t.jobsWaitingMs) || list.length === 0) return null;
+    const first = list[0]!;
+    const waitedMs = Math.max(0, now - first.dueAt.getTime());
+    const queue = (w: (typeof list)[number]) => (w.kind === 'webhook' ? 'webhook deliveries' : `handler '${w.target}'`);
+    const what = list.length > 1
+      ? `${list.length} queues have jobs due and not taken, the longest for ${formatMs(waitedMs)} (${list.slice(0, 3).map(queue).join(', ')}${list.length > 3 ? ', …' : ''})`
+      : `${queue(first)}: the next job has been due for ${formatMs(waitedMs)} and no worker has taken it`;
+    return {
+      name: 'jobs_waiting', figure: waitedMs, threshold: t.jobsWaitingMs, unit: 'ms',
+      since: new Date(first.dueAt.getTime() + t.jobsWaitingMs), estimated: false,
+      message: `${what} (threshold ${formatMs(t.jobsWaitingMs)}): the workers are behind or not running; add processes or raise their concurrency, or see which handler is slow (rea jobs list --state running)`,
+    };
+  },
+};
+
+export const alertEvaluators: AlertEvaluator[] = [eventsBacklogAlert, eventsPoisonedAlert, jobsDiscardedAlert, jobsWaitingAlert, handlerUnattendedAlert, endpointDisabledAlert];
 
 export function evaluateAlerts(
   facts: OverviewFacts,

@@ -148,6 +148,11 @@ export const DEFAULTS = {
      * (removed or renamed in the code, or every process running it is down). Several heartbeats.
      */
     handlerUnattendedMs: 15 * 60_000,
+    /**
+     * jobs_waiting: a handler's next job (or the next webhook delivery) due for longer than this
+     * and still not taken: the workers are behind, or none runs.
+     */
+    jobsWaitingMs: 5 * 60_000,
   },
   overview: {
     /** Counts are exact up to this many rows, planner estimates beyond (and marked as such). */
@@ -402,6 +407,7 @@ export const busOptionsSchema = z.object({
     jobsDiscarded: threshold.optional(),
     endpointsDisabled: threshold.optional(),
     handlerUnattendedMs: threshold.optional(),
+    jobsWaitingMs: threshold.optional(),
   }).strict().optional(),
   overview: z.object({ exactCountLimit: positiveInt.max(10_000_000).optional() }).strict().optional(),
 // Strict as every nested group is: a misspelt top-level option (poolsize, maxPayloadByte,

@@ -51,6 +51,12 @@ export interface OverviewFacts {
    * the first up to the exact limit).
    */
   unattendedHandlers: { name: string; seenAt: Date; waiting: number; stored: boolean }[];
+  /**
+   * Queues whose next job in claim order has been due longer than the jobs_waiting threshold: each
+   * stored handler's (target its name), and webhook deliveries' (all endpoints together, target
+   * null), with when that job came due; longest waiting first.
+   */
+  waitingJobs: { kind: 'handler' | 'webhook'; target: string | null; dueAt: Date }[];
   /** Every table in rea's schema with pg_total_relation_size (heap, indexes and TOAST), in bytes. */
   tables: { name: string; totalBytes: number }[];
 }
@@ -88,7 +94,7 @@ export interface OperationsExecutor {
   appTable(params: { table: AppTableName; column: string }): Promise<{ columnType: string | null; split: boolean; schema: string } | null>;
 
   /** Counts exact up to `exactLimit`, planner-estimated beyond; `backlogThreshold` places backlogCrossedAt. */
-  overviewFacts(params: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts>;
+  overviewFacts(params: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number; jobsWaitingMs: number }): Promise<OverviewFacts>;
   /** Handlers every bus has registered (from the handlers table), for the consume-record window. */
   handlerSchedules(): Promise<HandlerScheduleRow[]>;
 

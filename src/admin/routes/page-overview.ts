@@ -43,6 +43,7 @@ function alertRow(ctx: RouteContext, a: Alert) {
   const action = a.name === 'events_poisoned'
     ? html`${actionButton(p, '/api/events/requeue', 'Requeue poisoned events', { fields: { poisoned: 'true' }, confirm: 'Requeue every poisoned event? Fix the cause first, or they will be poisoned again.', kind: 'primary', returnTo: '/' })} <a href="${p.base}/events?state=poisoned">view</a>`
     : a.name === 'jobs_discarded' ? html`<a href="${p.base}/jobs?state=discarded">view dead letters</a>`
+      : a.name === 'jobs_waiting' ? html`<a href="${p.base}/jobs?state=available">view waiting jobs</a>`
       : a.name === 'events_backlog' ? html`<a href="${p.base}/events?state=unfanned">view backlog</a>`
         : a.name === 'endpoint_disabled' ? html`<a href="${p.base}/endpoints?state=disabled">view endpoints</a>` : '';
   return html`<div class="alert" data-alert="${a.name}"><strong>${a.name}</strong><span>${a.message}</span><span class="muted">since ${time(a.since)}</span>${action}</div>`;

@@ -91,13 +91,13 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     return r ? { columnType: r.column_type ?? null, split: r.split === true, schema: r.schema as string } : null;
   }
 
-  async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number }): Promise<OverviewFacts> {
+  async overviewFacts(p: { exactLimit: number; backlogThreshold: number; handlerUnattendedMs: number; jobsWaitingMs: number }): Promise<OverviewFacts> {
     const cap = p.exactLimit + 1;
     // Where the backlog crossed its threshold is an OFFSET walk of that many index entries: asked
     // only within the exact limit, as far as a count walks. Past it the count is an estimate too.
     const crossing = p.backlogThreshold <= p.exactLimit ? p.backlogThreshold : -1;
     const [{ rows }, sizes] = await Promise.all([
-      this.pool.query<Row>(this.sql.overviewFacts, [cap, crossing, p.handlerUnattendedMs]),
+      this.pool.query<Row>(this.sql.overviewFacts, [cap, crossing, p.handlerUnattendedMs, p.jobsWaitingMs]),
       this.pool.query<Row>(this.sql.tableSizes, [this.schema]),
     ]);
     const r = rows[0]!;
@@ -122,6 +122,8 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
       endpointsDisabledSince: r.endpoints_disabled_since ?? null,
       unattendedHandlers: (typeof r.unattended_handlers === 'string' ? JSON.parse(r.unattended_handlers) : r.unattended_handlers ?? [])
         .map((h: Row) => ({ name: h.name as string, seenAt: new Date(h.seen_at), waiting: Number(h.waiting), stored: h.stored !== false })),
+      waitingJobs: (typeof r.waiting_jobs === 'string' ? JSON.parse(r.waiting_jobs) : r.waiting_jobs ?? [])
+        .map((w: Row) => ({ kind: w.kind as 'handler' | 'webhook', target: (w.target as string | null) ?? null, dueAt: new Date(w.due_at) })),
       tables: sizes.rows.map((t) => ({ name: t.name as string, totalBytes: Number(t.total_bytes) })),
     };
   }

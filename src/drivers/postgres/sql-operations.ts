@@ -243,7 +243,24 @@ select
                  from targets p where p.target is not null)
                select target from targets where target is not null) t
          where $3::float8 >= 0 and not exists (select 1 from ${s}.handlers h where h.name = t.target)) u
-   where u.waiting > 0 and u.seen_at < now() - $3::float8 * interval '1 millisecond') as unattended_handlers`,
+   where u.waiting > 0 and u.seen_at < now() - $3::float8 * interval '1 millisecond') as unattended_handlers,
+  -- The next job in claim order of each stored handler, and of webhook deliveries (all endpoints
+  -- together), that has been due longer than $4 ms (-1: not asked): when it came due. One probe a
+  -- handler through jobs_claim_idx, one through jobs_claim_any_idx.
+  (select coalesce(json_agg(json_build_object('kind', w.kind, 'target', w.target, 'due_at', w.due_at) order by w.due_at, w.target), '[]'::json)
+   from (select 'handler' as kind, h.name as target,
+           (select j.scheduled_at from ${s}.jobs j
+            where j.state in ('available', 'retryable') and j.kind = 'handler' and j.target = h.name and j.scheduled_at <= now()
+            order by j.priority, j.scheduled_at, j.id limit 1) as due_at
+         from ${s}.handlers h
+         where $4::float8 >= 0
+         union all
+         select 'webhook', null,
+           (select j.scheduled_at from ${s}.jobs j
+            where j.state in ('available', 'retryable') and j.kind = 'webhook' and j.scheduled_at <= now()
+            order by j.priority, j.scheduled_at, j.id limit 1)
+         where $4::float8 >= 0) w
+   where w.due_at < now() - $4::float8 * interval '1 millisecond') as waiting_jobs`,
 
     /** The planner's row estimate for one figure, used once the exact count passed the limit. */
     estimate: {
