@@ -4,6 +4,7 @@
 import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
+import { formatHandler } from '../src/cli/handlers.js';
 import { main } from '../src/cli/main.js';
 import { BusStateError, createBus, defineEvents, HandlerInUseError, NotFoundError, OptionsError } from '../src/index.js';
 import { describeTargets, PG_URL, postgresTarget, targets, testBus } from './helpers/db.js';
@@ -73,6 +74,22 @@ describeTargets('stored handlers on $name', (target) => {
     const removed = (await v2.retention.run()).rules.find((r) => r.rule === 'events')!.removed;
     expect(removed).toBeGreaterThanOrEqual(1);
     expect(await v2.events.get(id)).toBeNull();
+  });
+
+  test('handlers.list says when a count stopped at the exact-count limit; rea handlers list prints "more than"', async () => {
+    // It printed "waiting 10000" (and JSON 10000) while 82,357 waited: the limit, read as the figure.
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, overview: { exactCountLimit: 3 } });
+    await bus.driver.executor.handlerUpsertMany(['busy', 'even'].map((name) => ({ name, patterns: ['order.placed'], coalesceSubject: false, maxAttempts: 5, leaseMs: 1000, priority: 0 })));
+    const id = await bus.transaction((tx) => bus.record(tx, 'order.placed', { n: 1 }));
+    const add = (name: string, n: number) => target.query(
+      `insert into "${bus.schema}".jobs (event_id, kind, target, max_attempts, lease_ms, state) select $1, 'handler', $2, 5, 1000, 'available' from generate_series(1, $3::int)`, [id, name, n]);
+    await add('busy', 5);
+    await add('even', 3);
+    const listed = Object.fromEntries((await bus.handlers.list()).map((h) => [h.name, h]));
+    expect(listed.busy).toMatchObject({ waiting: 3, running: 0, capped: ['waiting'] });
+    expect(listed.even).toMatchObject({ waiting: 3, running: 0, capped: [] });
+    expect(formatHandler(listed.busy!)).toContain('waiting more than 3 · running 0');
+    expect(formatHandler(listed.even!)).toContain('waiting 3 · running 0');
   });
 
   test('a handler a running worker has is never unattended, however long its jobs wait, and forget refuses it without force', async () => {

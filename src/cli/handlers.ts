@@ -10,7 +10,9 @@ import { addConnectionFlags, type ConnectionFlags } from './settings.js';
 
 export function formatHandler(h: HandlerSummary): string {
   const unseen = Math.max(0, h.readAt.getTime() - h.seenAt.getTime());
-  return `${h.name}  ${h.patterns.join(', ')}  waiting ${h.waiting} · running ${h.running} · last had by a worker ${formatMs(unseen)} ago`;
+  // A count that stopped at the exact-count limit: there are more ("more than 10000").
+  const n = (k: 'waiting' | 'running') => (h.capped.includes(k) ? `more than ${h[k]}` : String(h[k]));
+  return `${h.name}  ${h.patterns.join(', ')}  waiting ${n('waiting')} · running ${n('running')} · last had by a worker ${formatMs(unseen)} ago`;
 }
 
 export function handlersCommand(): Command {

@@ -68,9 +68,14 @@ export interface HandlerSummary {
   patterns: string[];
   /** When a running worker last had this handler (its heartbeat). */
   seenAt: Date;
-  /** Waiting (available, retryable) and running jobs, each counted up to the exact-count limit. */
+  /**
+   * Waiting (available, retryable) and running jobs, each counted up to the exact-count limit
+   * (overview.exactCountLimit); a count that stopped there is named in `capped`, and there are more.
+   */
   waiting: number;
   running: number;
+  /** The counts that reached the exact-count limit: the real figure is above it. */
+  capped: ('waiting' | 'running')[];
   /** The database's clock when read. */
   readAt: Date;
 }

@@ -52,8 +52,15 @@ export class PostgresAdminExecutor implements AdminExecutor {
   }
 
   async handlerList(p: { countLimit: number }): Promise<HandlerSummary[]> {
-    const { rows } = await this.pool.query<Row>(this.sql.handlerList, [p.countLimit]);
-    return rows.map((r) => ({ name: r.name, patterns: r.patterns, seenAt: r.seen_at, waiting: r.waiting, running: r.running, readAt: r.read_at }));
+    // One past the limit, so a count that stopped there is told apart from one that is exactly it.
+    const { rows } = await this.pool.query<Row>(this.sql.handlerList, [p.countLimit + 1]);
+    return rows.map((r) => {
+      const capped = (['waiting', 'running'] as const).filter((k) => r[k] > p.countLimit);
+      return {
+        name: r.name, patterns: r.patterns, seenAt: r.seen_at, readAt: r.read_at, capped,
+        waiting: Math.min(r.waiting, p.countLimit), running: Math.min(r.running, p.countLimit),
+      };
+    });
   }
 
   async handlersSeen(p: { names: string[] }): Promise<void> {

@@ -64,7 +64,7 @@ returning id::text as id`,
 
     handlerNames: /* sql */ `select name from ${s}.handlers order by name`,
 
-    // Counts read jobs_claim_idx (waiting) and jobs_lease_idx (running), stopping at $1.
+    // Counts read jobs_claim_idx (waiting) and jobs_lease_idx (running), stopping at $1 (the limit + 1).
     handlerList: /* sql */ `
 select h.name, h.patterns, h.seen_at, now() as read_at,
   (select count(*) from (select 1 from ${s}.jobs j
