@@ -24,7 +24,7 @@ import { activeSpanContext, currentTraceId, newTraceId, normalizeTraceId, spanIn
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
-import { eventListParams, isUuid, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
+import { eventListParams, isUuid, jobListParams, pageOf, rejectUnknownFilterKeys, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
@@ -766,6 +766,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           ids = await driver.operations.jobRetry({ ids: checkJobIds(target, 'jobs.retry(ids)'), webhookMaxAttempts: webhookSettings.maxAttempts, now: clock.now() });
         } else {
           const t = target as { state?: unknown; handler?: unknown } | null;
+          // A misspelt key (handlr) was ignored: every dead letter of every handler was retried.
+          if (t !== null && typeof t === 'object') rejectUnknownFilterKeys(t, RETRY_FILTER_KEYS, 'a retry');
           if (!t || (t.state !== 'discarded' && t.state !== 'cancelled')) {
             throw new OptionsError('jobs.retry', "pass job ids, or { state: 'discarded' | 'cancelled', handler? }");
           }
@@ -874,6 +876,9 @@ async function waitAtMost(work: Promise<void>, ms: number, onGaveUp: (waitedMs: 
   clearTimeout(timer);
   if (!ended) onGaveUp(waited);
 }
+
+/** What jobs.retry takes besides ids. */
+const RETRY_FILTER_KEYS: Record<'state' | 'handler', true> = { state: true, handler: true };
 
 function checkJobIds(ids: unknown, field: string): string[] {
   if (!Array.isArray(ids) || !ids.every(isJobId)) {
