@@ -452,6 +452,15 @@ export interface HandlerOptions {
   priority?: number;
 }
 
+/**
+ * OptionsError naming the keys of `value` that `known` lacks: a misspelt option (`descripton`,
+ * `graceMS`) was dropped without a word, and the call went on as if it had not been given.
+ */
+export function rejectUnknownOptions(value: object, known: Readonly<Record<string, true>>, field: string): void {
+  const unknown = Object.keys(value).filter((key) => !Object.hasOwn(known, key));
+  if (unknown.length) throw new OptionsError(field, `unknown option(s) ${unknown.join(', ')} (known: ${Object.keys(known).join(', ')})`);
+}
+
 /** Parse with zod and turn the first issue into an OptionsError that names the field. */
 export function validateWith<T>(schema: z.ZodType<T>, value: unknown, prefix: string): T {
   const result = schema.safeParse(value);
