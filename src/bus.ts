@@ -322,7 +322,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     resolve: options.webhooks?.resolve,
     // Half the worker's slots by default, at least one: deliveries to endpoints that hang until the
     // HTTP timeout would otherwise hold every slot, and in-process handlers would wait behind them.
-    concurrency: o.webhooks?.concurrency ?? Math.max(1, Math.floor(workerOptions.concurrency / 2)),
+    concurrency: webhookOptions.concurrency === 'auto' ? Math.max(1, Math.floor(workerOptions.concurrency / 2)) : webhookOptions.concurrency,
     concurrencyPerEndpoint: webhookOptions.concurrencyPerEndpoint,
     maxAttempts: webhookOptions.maxAttempts,
     // Longer than the worker's cut-off (HTTP timeout + grace), so a slow endpoint is never rescued into a duplicate.

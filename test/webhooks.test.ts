@@ -5,7 +5,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
-import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
@@ -611,7 +611,8 @@ describeTargets('webhooks on $name', (target) => {
   });
 
   test('endpoints that never answer leave in-process handlers room: webhooks take half the worker slots by default', async () => {
-    const bus = await testBus(target, events, { ...local, worker: { maxPollMs: 20, concurrency: 4 }, webhooks: { allowPrivateNetworks: true, timeoutMs: 5_000 } });
+    // DEFAULTS.webhooks spread in: its concurrency is 'auto', half the worker's slots.
+    const bus = await testBus(target, events, { ...local, worker: { maxPollMs: 20, concurrency: 4 }, webhooks: { ...DEFAULTS.webhooks, allowPrivateNetworks: true, timeoutMs: 5_000 } });
     const r = await receiver(() => {}); // never answers
     await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
     let handledAt = 0;

@@ -80,8 +80,11 @@ export const DEFAULTS = {
     maxResponseBytes: 64 * 1024,
     /** The longest wait a Retry-After (429, 503) may ask for. */
     maxRetryAfterMs: 24 * 3600_000,
-    /** Webhook deliveries running at once in this process (default: half worker.concurrency, at least 1). */
-    concurrency: 0,
+    /**
+     * Webhook deliveries running at once in this process; 'auto': half worker.concurrency, at least 1.
+     * A value the schema takes, so a spread of DEFAULTS.webhooks is a valid option (a 0 here was not).
+     */
+    concurrency: 'auto' as number | 'auto',
     /**
      * Webhook deliveries running at once to one endpoint in this process; the rest wait in the
      * queue (not claimed, no attempt counted) for a later claim or another process. Half the
@@ -312,6 +315,8 @@ export function checkDatabaseOptions(database: unknown): DatabaseKind {
   return kinds[0]!;
 }
 
+const WEBHOOK_CONCURRENCY = "a whole number from 1 to 10000, or 'auto' (half of worker.concurrency, at least 1)";
+
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
   maxPayloadBytes: positiveInt.optional(),
@@ -369,7 +374,7 @@ export const busOptionsSchema = z.object({
     connectTimeoutMs: positiveInt.max(3600_000).optional(),
     maxResponseBytes: positiveInt.optional(),
     maxRetryAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
-    concurrency: positiveInt.max(10_000).optional(),
+    concurrency: z.union([z.literal('auto'), z.number().int(WEBHOOK_CONCURRENCY).min(1, WEBHOOK_CONCURRENCY).max(10_000, WEBHOOK_CONCURRENCY)], { error: WEBHOOK_CONCURRENCY }).optional(),
     concurrencyPerEndpoint: positiveInt.max(10_000).optional(),
     failingDelayMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
     disableAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
