@@ -684,7 +684,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       };
     },
 
-    events: {
+    // The admin calls reject as overview() does (see explainedCalls).
+    events: explainedCalls<Bus<S>['events']>({
       // An id that is not a UUID names no event (as events.attempts has it); it used to reach the
       // database and come back as its uuid cast error.
       get: async (id) => (isUuid(id) ? driver.executor.eventGet({ id }) : null),
@@ -724,12 +725,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         return made;
       }) as Bus<S>['events']['replay'],
       attempts: (eventId, attemptOptions) => webhookApi.attemptsForEvent(eventId, attemptOptions),
-    },
+    }, explained),
 
-    endpoints: webhookApi.endpoints,
-    deliveries: webhookApi.deliveries,
+    endpoints: explainedCalls(webhookApi.endpoints, explained),
+    deliveries: explainedCalls(webhookApi.deliveries, explained),
 
-    handlers: {
+    handlers: explainedCalls<Bus<S>['handlers']>({
       list: () => driver.admin.handlerList({ countLimit: exactCountLimit }),
       async forget(name, forgetOptions = {}) {
         if (typeof name !== 'string' || name.length === 0) throw new OptionsError('handlers.forget(name)', 'give the name of a handler');
@@ -746,9 +747,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         }
         return { cancelled: r.cancelled };
       },
-    },
+    }, explained),
 
-    jobs: {
+    jobs: explainedCalls<Bus<S>['jobs']>({
       forEvent: async (eventId) => (isUuid(eventId) ? driver.executor.jobListForEvent({ eventId }) : []),
       async list(filter) {
         const p = jobListParams(filter);
@@ -787,7 +788,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       async cancel(ids) {
         return driver.operations.jobCancel({ ids: checkJobIds(ids, 'jobs.cancel(ids)'), now: clock.now() });
       },
-    },
+    }, explained),
 
     retention: {
       register(spec) {
@@ -875,6 +876,19 @@ async function waitAtMost(work: Promise<void>, ms: number, onGaveUp: (waitedMs: 
   ]);
   clearTimeout(timer);
   if (!ended) onGaveUp(waited);
+}
+
+/**
+ * `api` with each call's rejection explained, as overview() has it: a database that is down,
+ * refusing or not migrated is the driver's DatabaseError (kind not-migrated, say), not pg's raw
+ * error (events.list on an unmigrated schema rejected with 42P01 "relation does not exist").
+ */
+function explainedCalls<T extends object>(api: T, explained: <R>(work: Promise<R>) => Promise<R>): T {
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(api)) {
+    out[name] = typeof value === 'function' ? (...args: unknown[]) => explained((value as (...a: unknown[]) => Promise<unknown>).apply(api, args)) : value;
+  }
+  return out as T;
 }
 
 /** What jobs.retry takes besides ids. */
