@@ -3,7 +3,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import type { SpanContext } from '@opentelemetry/api';
 import { defaultHandlerBackoff } from './core/backoff.js';
@@ -27,6 +26,7 @@ import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js
 import { eventListParams, isUuid, jobListParams, pageOf, rejectUnknownFilterKeys, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
+import type { PGliteDatabase } from './drivers/pglite/database.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
 import { evaluateAlerts, formatMs, type Alert, type AlertThresholds } from './admin/alerts.js';
 import { Leader } from './maintenance/leader.js';
@@ -65,7 +65,8 @@ export type DatabaseOptions =
      */
     listen?: string | false;
   }
-  | { pglite: string | PGlite }
+  /** A data directory, 'memory://', or a PGlite instance (PGliteDatabase: what rea uses of one). */
+  | { pglite: string | PGliteDatabase }
   | { driver: Driver };
 
 export interface BusOptions<S extends EventSchemas> {
