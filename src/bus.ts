@@ -3,7 +3,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import type { PGlite } from '@electric-sql/pglite';
 import type pg from 'pg';
 import type { SpanContext } from '@opentelemetry/api';
 import { defaultHandlerBackoff } from './core/backoff.js';
@@ -24,9 +23,10 @@ import { activeSpanContext, currentTraceId, newTraceId, normalizeTraceId, spanIn
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
-import { eventListParams, isUuid, jobListParams, pageOf, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
+import { eventListParams, isUuid, jobListParams, pageOf, rejectUnknownFilterKeys, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
 import { PostgresDriver } from './drivers/postgres/driver.js';
+import type { PGliteDatabase } from './drivers/pglite/database.js';
 import { PGliteDriver } from './drivers/pglite/driver.js';
 import { evaluateAlerts, formatMs, type Alert, type AlertThresholds } from './admin/alerts.js';
 import { Leader } from './maintenance/leader.js';
@@ -65,7 +65,8 @@ export type DatabaseOptions =
      */
     listen?: string | false;
   }
-  | { pglite: string | PGlite }
+  /** A data directory, 'memory://', or a PGlite instance (PGliteDatabase: what rea uses of one). */
+  | { pglite: string | PGliteDatabase }
   | { driver: Driver };
 
 export interface BusOptions<S extends EventSchemas> {
@@ -322,7 +323,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     resolve: options.webhooks?.resolve,
     // Half the worker's slots by default, at least one: deliveries to endpoints that hang until the
     // HTTP timeout would otherwise hold every slot, and in-process handlers would wait behind them.
-    concurrency: o.webhooks?.concurrency ?? Math.max(1, Math.floor(workerOptions.concurrency / 2)),
+    concurrency: webhookOptions.concurrency === 'auto' ? Math.max(1, Math.floor(workerOptions.concurrency / 2)) : webhookOptions.concurrency,
     concurrencyPerEndpoint: webhookOptions.concurrencyPerEndpoint,
     maxAttempts: webhookOptions.maxAttempts,
     // Longer than the worker's cut-off (HTTP timeout + grace), so a slow endpoint is never rescued into a duplicate.
@@ -685,7 +686,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       };
     },
 
-    events: {
+    // The admin calls reject as overview() does (see explainedCalls).
+    events: explainedCalls<Bus<S>['events']>({
       // An id that is not a UUID names no event (as events.attempts has it); it used to reach the
       // database and come back as its uuid cast error.
       get: async (id) => (isUuid(id) ? driver.executor.eventGet({ id }) : null),
@@ -725,12 +727,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         return made;
       }) as Bus<S>['events']['replay'],
       attempts: (eventId, attemptOptions) => webhookApi.attemptsForEvent(eventId, attemptOptions),
-    },
+    }, explained),
 
-    endpoints: webhookApi.endpoints,
-    deliveries: webhookApi.deliveries,
+    endpoints: explainedCalls(webhookApi.endpoints, explained),
+    deliveries: explainedCalls(webhookApi.deliveries, explained),
 
-    handlers: {
+    handlers: explainedCalls<Bus<S>['handlers']>({
       list: () => driver.admin.handlerList({ countLimit: exactCountLimit }),
       async forget(name, forgetOptions = {}) {
         if (typeof name !== 'string' || name.length === 0) throw new OptionsError('handlers.forget(name)', 'give the name of a handler');
@@ -747,9 +749,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         }
         return { cancelled: r.cancelled };
       },
-    },
+    }, explained),
 
-    jobs: {
+    jobs: explainedCalls<Bus<S>['jobs']>({
       forEvent: async (eventId) => (isUuid(eventId) ? driver.executor.jobListForEvent({ eventId }) : []),
       async list(filter) {
         const p = jobListParams(filter);
@@ -767,6 +769,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           ids = await driver.operations.jobRetry({ ids: checkJobIds(target, 'jobs.retry(ids)'), webhookMaxAttempts: webhookSettings.maxAttempts, now: clock.now() });
         } else {
           const t = target as { state?: unknown; handler?: unknown } | null;
+          // A misspelt key (handlr) was ignored: every dead letter of every handler was retried.
+          if (t !== null && typeof t === 'object') rejectUnknownFilterKeys(t, RETRY_FILTER_KEYS, 'a retry');
           if (!t || (t.state !== 'discarded' && t.state !== 'cancelled')) {
             throw new OptionsError('jobs.retry', "pass job ids, or { state: 'discarded' | 'cancelled', handler? }");
           }
@@ -786,7 +790,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       async cancel(ids) {
         return driver.operations.jobCancel({ ids: checkJobIds(ids, 'jobs.cancel(ids)'), now: clock.now() });
       },
-    },
+    }, explained),
 
     retention: {
       register(spec) {
@@ -875,6 +879,22 @@ async function waitAtMost(work: Promise<void>, ms: number, onGaveUp: (waitedMs: 
   clearTimeout(timer);
   if (!ended) onGaveUp(waited);
 }
+
+/**
+ * `api` with each call's rejection explained, as overview() has it: a database that is down,
+ * refusing or not migrated is the driver's DatabaseError (kind not-migrated, say), not pg's raw
+ * error (events.list on an unmigrated schema rejected with 42P01 "relation does not exist").
+ */
+function explainedCalls<T extends object>(api: T, explained: <R>(work: Promise<R>) => Promise<R>): T {
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(api)) {
+    out[name] = typeof value === 'function' ? (...args: unknown[]) => explained((value as (...a: unknown[]) => Promise<unknown>).apply(api, args)) : value;
+  }
+  return out as T;
+}
+
+/** What jobs.retry takes besides ids. */
+const RETRY_FILTER_KEYS: Record<'state' | 'handler', true> = { state: true, handler: true };
 
 function checkJobIds(ids: unknown, field: string): string[] {
   if (!Array.isArray(ids) || !ids.every(isJobId)) {

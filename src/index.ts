@@ -1,6 +1,7 @@
 // rea's public API. Explicit exports only.
 export { createBus } from './bus.js';
 export type { Bus, BusOptions, DatabaseOptions, Overview, RecordItem, RecordOptions } from './bus.js';
+export type { PGliteDatabase, PGliteTransactionLike } from './drivers/pglite/database.js';
 export { defineEvents } from './core/events.js';
 export type { EventCatalog, EventSchemas, EventType, HandlerName, MatchingTypes, PayloadInput, PayloadOutput, ReaEvent, UnmatchedPattern } from './core/events.js';
 export {

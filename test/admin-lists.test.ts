@@ -65,6 +65,22 @@ describeTargets('admin lists on $name', (target) => {
     await expect(bus.jobs.list({ cursor: '-1' })).rejects.toMatchObject({ parameter: 'cursor' });
   });
 
+  // A misspelt key was ignored, and the call answered an unfiltered page as if it were the filtered one.
+  test('a key a list filter does not take is InvalidFilterError naming it, not an unfiltered page', async () => {
+    const bus = await testBus(target, events);
+    await bus.transaction((tx) => bus.record(tx, 'user.joined', { name: 'ann' }));
+    const typo = await bus.events.list({ typ: 'order.paid' } as never).catch((e: unknown) => e);
+    expect(typo).toBeInstanceOf(InvalidFilterError);
+    expect(typo).toMatchObject({ parameter: 'typ', message: 'invalid filter typ: is not an events list filter: give type, subject, traceId, state, since, until, cursor or limit' });
+    await expect(bus.events.list({ type: 'order.paid', traceID: 'x' } as never)).rejects.toMatchObject({ parameter: 'traceID' });
+    const jobTypo = await bus.jobs.list({ handlr: 'a' } as never).catch((e: unknown) => e);
+    expect(jobTypo).toBeInstanceOf(InvalidFilterError);
+    expect(jobTypo).toMatchObject({ parameter: 'handlr', message: 'invalid filter handlr: is not a jobs list filter: give state, kind, handler, eventId, cursor or limit' });
+    // Known keys left undefined (as the CLI passes its unset flags) are no filter, and no error.
+    expect((await bus.events.list({ type: undefined, subject: undefined })).items).toHaveLength(1);
+    expect((await bus.jobs.list({ handler: undefined })).items).toEqual([]);
+  });
+
   test('jobs: by state and handler with pagination; discard moves only waiting jobs', async () => {
     const bus = await testBus(target, events);
     bus.on('order.created', 'mailer', () => {});

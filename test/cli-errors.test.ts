@@ -554,6 +554,30 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
     }
   });
 
+  // They rejected with pg's own 42P01 ("relation … does not exist"), where overview() and start() say not-migrated.
+  test('the admin calls (events, jobs, handlers, endpoints, deliveries) reject with not-migrated too', async () => {
+    const schema = freshSchema();
+    const bus = createBus({ database: target.database(), events, schema });
+    const id = '01900000-0000-7000-8000-000000000000';
+    try {
+      const calls: [string, () => Promise<unknown>][] = [
+        ['events.list', () => bus.events.list()], ['events.get', () => bus.events.get(id)],
+        ['events.requeue', () => bus.events.requeue({ poisoned: true })], ['events.attempts', () => bus.events.attempts(id)],
+        ['jobs.list', () => bus.jobs.list()], ['jobs.forEvent', () => bus.jobs.forEvent(id)],
+        ['jobs.retry', () => bus.jobs.retry({ state: 'discarded' })], ['jobs.cancel', () => bus.jobs.cancel(['1'])],
+        ['handlers.list', () => bus.handlers.list()], ['endpoints.list', () => bus.endpoints.list()],
+        ['endpoints.get', () => bus.endpoints.get(id)], ['deliveries.resend', () => bus.deliveries.resend('1')],
+      ];
+      for (const [name, call] of calls) {
+        const err = await call().then(() => null, (e: unknown) => e);
+        expect(err, name).toBeInstanceOf(DatabaseError);
+        expect(err, name).toMatchObject({ kind: 'not-migrated', message: expect.stringContaining(`schema "${schema}"`) });
+      }
+    } finally {
+      await bus.stop();
+    }
+  });
+
   test('a schema behind on migrations is named, with the ones it lacks, whether or not handlers are registered', async () => {
     const migrated = await testBus(target, events);
     // As if the latest migration had not run yet (its row is what the check reads).

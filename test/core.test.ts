@@ -96,6 +96,24 @@ describe('default logger', () => {
   });
 });
 
+describe('DEFAULTS', () => {
+  // webhooks.concurrency was a sentinel 0, which the schema refuses: { ...DEFAULTS.webhooks, timeoutMs }
+  // failed with "createBus.webhooks.concurrency: Too small".
+  it('every option group of it, spread into createBus, is a valid configuration', async () => {
+    const { createBus, DEFAULTS } = await import('../src/index.js');
+    const { handler: _handlerOptions, ...busDefaults } = DEFAULTS; // a handler's options go to bus.on, not createBus
+    const database = { postgres: 'postgres://nobody@127.0.0.1:1/none' }; // nothing connects until used
+    for (const [group, value] of Object.entries(busDefaults)) {
+      expect(() => createBus({ database, events, [group]: value }), group).not.toThrow();
+    }
+    expect(() => createBus({ database, events, ...busDefaults })).not.toThrow();
+    expect(() => createBus({ database, events, webhooks: { ...DEFAULTS.webhooks, timeoutMs: 5000 } })).not.toThrow();
+    expect(DEFAULTS.webhooks.concurrency).toBe('auto');
+    expect(() => createBus({ database, events, webhooks: { concurrency: 0 } }))
+      .toThrow("invalid option createBus.webhooks.concurrency: a whole number from 1 to 10000, or 'auto' (half of worker.concurrency, at least 1)");
+  });
+});
+
 describe('ReaErrorCode', () => {
   it('lists the codes of the webhook errors rea exports, so an application can switch on them', () => {
     // Before, ReaErrorCode lacked both: this switch did not compile ("Type '\"ERR_WEBHOOK_URL_REFUSED\"'

@@ -3,7 +3,7 @@
 import pg from 'pg';
 import { expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, OptionsError, permanent } from '../src/index.js';
+import { defineEvents, InvalidFilterError, OptionsError, permanent } from '../src/index.js';
 import { describeTargets, PG_URL, quickBackoff, testBus } from './helpers/db.js';
 import { PostgresOperationsExecutor } from '../src/drivers/postgres/executor-operations.js';
 import { OPERATOR_BATCH } from '../src/drivers/postgres/batches.js';
@@ -171,6 +171,21 @@ describeTargets('repair on $name', (target) => {
     expect(row).toMatchObject({ attempt: 2, maxAttempts: 4, finalizedAt: null });
     await expect(bus.jobs.retry(['1; drop table x'])).rejects.toThrow(OptionsError);
     await expect(bus.jobs.retry({ state: 'completed' } as never)).rejects.toThrow(/jobs\.retry/);
+  });
+
+  test('jobs.retry({ state, handlr }) is InvalidFilterError naming the key, and retries nothing', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false }, retention: { enabled: false } });
+    const [eventId] = await bus.transaction(async (tx) => [await bus.record(tx, 'order.created', { orderNo: 'T' })]);
+    const jobs = await target.query<{ id: string }>(
+      `insert into "${bus.schema}".jobs (event_id, kind, target, max_attempts, lease_ms, state, attempt, finalized_at)
+       values ($1, 'handler', 'a', 2, 1000, 'discarded', 2, now()), ($1, 'handler', 'b', 2, 1000, 'discarded', 2, now())
+       returning id::text as id`, [eventId]);
+    // Before, the misspelt key was ignored and every dead letter of every handler was retried.
+    const err = await bus.jobs.retry({ state: 'discarded', handlr: 'a' } as never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidFilterError);
+    expect(err).toMatchObject({ parameter: 'handlr', message: 'invalid filter handlr: is not a retry filter: give state or handler' });
+    await expect(bus.jobs.retry({ stat: 'discarded' } as never)).rejects.toMatchObject({ code: 'ERR_INVALID_FILTER', parameter: 'stat' });
+    expect((await bus.driver.operations.jobStates({ ids: jobs.map((j) => j.id) })).map((j) => j.state)).toEqual(['discarded', 'discarded']);
   });
 
   test('jobs.retry never gives a handler a second waiting job for one event (a replay made one, or two dead letters of it)', async () => {

@@ -50,4 +50,44 @@ describe('typed events, as an application compiles them', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   }, 120_000);
+
+  // dist's declarations imported PGlite's type into DatabaseOptions, and PGlite's own declarations
+  // need Emscripten's: an application compiling with skipLibCheck: false failed ("Cannot find
+  // namespace 'Emscripten'") whether it used PGlite or not.
+  it('the declarations the build emits compile in an application with skipLibCheck: false', () => {
+    mkdirSync(join(root, 'test-artifacts'), { recursive: true });
+    const dir = mkdtempSync(join(root, 'test-artifacts', 'decl-'));
+    try {
+      const build = ts.getParsedCommandLineOfConfigFile(join(root, 'tsconfig.build.json'), {}, {
+        ...ts.sys,
+        onUnRecoverableConfigFileDiagnostic: (d) => { throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n')); },
+      })!;
+      const options = { ...build.options, outDir: join(dir, 'dist'), emitDeclarationOnly: true, declarationMap: false, sourceMap: false };
+      // The package's entry points (rea, rea/testing) and what they import: what an application sees.
+      const emitted = ts.createProgram({ rootNames: [join(root, 'src/index.ts'), join(root, 'src/testing/index.ts')], options }).emit();
+      expect(emitted.emitSkipped).toBe(false);
+      // Inside the repository, so rea's own dependencies resolve from its node_modules, as an application's would.
+      const consumer = join(dir, 'app.ts');
+      writeFileSync(consumer, [
+        "import { createBus, defineEvents, type DatabaseOptions } from 'rea';",
+        "import { runHandlerNow } from 'rea/testing';",
+        'void runHandlerNow;',
+        "const database: DatabaseOptions = { postgres: 'postgres://localhost/app' };",
+        'export const bus = createBus({ database, events: defineEvents({}) });',
+      ].join('\n'));
+      const program = ts.createProgram({
+        rootNames: [consumer],
+        options: {
+          target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext,
+          // skipDefaultLibCheck: TypeScript's own lib files, checked or not, are not the question (and half the time).
+          strict: true, skipLibCheck: false, skipDefaultLibCheck: true, noEmit: true, types: ['node'],
+          paths: { rea: [join(dir, 'dist', 'index.d.ts')], 'rea/testing': [join(dir, 'dist', 'testing', 'index.d.ts')] },
+        },
+      });
+      const errors = ts.getPreEmitDiagnostics(program).map((d) => `${d.file?.fileName ?? ''}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`);
+      expect(errors).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });

@@ -5,7 +5,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
-import { createBus, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
@@ -611,7 +611,8 @@ describeTargets('webhooks on $name', (target) => {
   });
 
   test('endpoints that never answer leave in-process handlers room: webhooks take half the worker slots by default', async () => {
-    const bus = await testBus(target, events, { ...local, worker: { maxPollMs: 20, concurrency: 4 }, webhooks: { allowPrivateNetworks: true, timeoutMs: 5_000 } });
+    // DEFAULTS.webhooks spread in: its concurrency is 'auto', half the worker's slots.
+    const bus = await testBus(target, events, { ...local, worker: { maxPollMs: 20, concurrency: 4 }, webhooks: { ...DEFAULTS.webhooks, allowPrivateNetworks: true, timeoutMs: 5_000 } });
     const r = await receiver(() => {}); // never answers
     await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'] });
     let handledAt = 0;
@@ -792,6 +793,29 @@ describeTargets('webhooks on $name', (target) => {
     expect(job!.errors.at(-1)).toMatchObject({ name: 'EndpointDeleted', message: 'cancelled: its endpoint was deleted' });
     expect((await bus.overview()).alerts.map((a) => a.name)).not.toContain('jobs_discarded');
     expect(await bus.endpoints.delete(ep.id)).toBeNull();
+  });
+
+  // A misspelt key was dropped: update resolved, bumped updatedAt and changed nothing; create stored no description.
+  test('endpoints: a key a call does not take, or an update that changes nothing, is an OptionsError naming it', async () => {
+    const bus = await testBus(target, events, local);
+    const url = 'http://127.0.0.1:9/hook';
+    await expect(bus.endpoints.create({ url, eventTypes: ['order.*'], descripton: 'x' } as never)).rejects
+      .toThrow('invalid option endpoints.create(input): unknown option(s) descripton (known: url, eventTypes, description, secret)');
+    expect(await bus.endpoints.list()).toEqual([]);
+    const ep = await bus.endpoints.create({ url, eventTypes: ['order.*'] });
+    const typo = await bus.endpoints.update(ep.id, { eventType: ['order.paid'] } as never).catch((e: unknown) => e);
+    expect(typo).toBeInstanceOf(OptionsError);
+    expect(typo).toMatchObject({ field: 'endpoints.update(changes)', message: 'invalid option endpoints.update(changes): unknown option(s) eventType (known: url, eventTypes, description)' });
+    await expect(bus.endpoints.update(ep.id, {})).rejects.toThrow('invalid option endpoints.update(changes): give at least one of url, eventTypes, description');
+    await expect(bus.endpoints.update(ep.id, { description: undefined })).rejects.toThrow(/give at least one of url, eventTypes, description/);
+    const { secret: _secret, ...row } = ep;
+    expect(await bus.endpoints.get(ep.id)).toEqual(row); // updatedAt included
+    // The other option objects of bus.endpoints likewise: a misspelt graceMS kept the old secret signing a day.
+    await expect(bus.endpoints.rotateSecret(ep.id, { graceMS: 0 } as never)).rejects.toThrow(/endpoints\.rotateSecret\(options\): unknown option\(s\) graceMS/);
+    await expect(bus.endpoints.disable(ep.id, { reasn: 'x' } as never)).rejects.toThrow(/unknown option\(s\) reasn/);
+    await expect(bus.endpoints.list({ stat: 'disabled' } as never)).rejects.toThrow(/endpoints\.list\(filter\): unknown option\(s\) stat/);
+    await expect(bus.endpoints.attempts(ep.id, { limt: 5 } as never)).rejects.toThrow(/unknown option\(s\) limt/);
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ state: 'enabled', secretHint: ep.secretHint });
   });
 
   test('a delivery cut short by bus.stop() is logged and retried, but does not count against the endpoint', async () => {

@@ -48,6 +48,22 @@ export interface JobListFilter {
   limit?: number;
 }
 
+/**
+ * The keys each filter takes, complete (a Record of every key of its type) so a key added to the
+ * type must be added here. A key a filter does not know (`typ`, `handlr`) was ignored, and the
+ * call went on unfiltered: a list returned every row, a retry retried every dead letter.
+ */
+const EVENT_LIST_KEYS: Record<keyof EventListFilter, true> = { type: true, subject: true, traceId: true, state: true, since: true, until: true, cursor: true, limit: true };
+const JOB_LIST_KEYS: Record<keyof JobListFilter, true> = { state: true, kind: true, handler: true, eventId: true, cursor: true, limit: true };
+
+/** InvalidFilterError naming the first key of `filter` that `known` lacks; `what` is the filter ('an events list', 'a replay'). */
+export function rejectUnknownFilterKeys(filter: object, known: Readonly<Record<string, true>>, what: string): void {
+  const unknown = Object.keys(filter).find((key) => !Object.hasOwn(known, key));
+  if (unknown === undefined) return;
+  const keys = Object.keys(known);
+  throw new InvalidFilterError(unknown, `is not ${what} filter: give ${keys.slice(0, -1).join(', ')}${keys.length > 1 ? ' or ' : ''}${keys.at(-1)}`);
+}
+
 export interface Page<T> {
   items: T[];
   /** Pass as `cursor` for the next (older) page; null on the last page. */
@@ -66,6 +82,7 @@ export function uuidv7Floor(ms: number): string {
 
 export function eventListParams(filter: EventListFilter = {}): EventListParams {
   if (filter === null || typeof filter !== 'object') throw new InvalidFilterError('filter', 'must be an object');
+  rejectUnknownFilterKeys(filter, EVENT_LIST_KEYS, 'an events list');
   const type = optionalText(filter.type, 'type');
   if (type !== null && !TYPE_PATTERN.test(type)) {
     throw new InvalidFilterError('type', `"${type}" is not an event type or a prefix.* pattern`);
@@ -96,6 +113,7 @@ export function eventListParams(filter: EventListFilter = {}): EventListParams {
 
 export function jobListParams(filter: JobListFilter = {}): JobListParams {
   if (filter === null || typeof filter !== 'object') throw new InvalidFilterError('filter', 'must be an object');
+  rejectUnknownFilterKeys(filter, JOB_LIST_KEYS, 'a jobs list');
   const state = filter.state ?? null;
   if (state !== null && !JOB_STATES.includes(state)) throw new InvalidFilterError('state', `must be one of ${JOB_STATES.join(', ')}`);
   const kind = filter.kind ?? null;

@@ -80,8 +80,11 @@ export const DEFAULTS = {
     maxResponseBytes: 64 * 1024,
     /** The longest wait a Retry-After (429, 503) may ask for. */
     maxRetryAfterMs: 24 * 3600_000,
-    /** Webhook deliveries running at once in this process (default: half worker.concurrency, at least 1). */
-    concurrency: 0,
+    /**
+     * Webhook deliveries running at once in this process; 'auto': half worker.concurrency, at least 1.
+     * A value the schema takes, so a spread of DEFAULTS.webhooks is a valid option (a 0 here was not).
+     */
+    concurrency: 'auto' as number | 'auto',
     /**
      * Webhook deliveries running at once to one endpoint in this process; the rest wait in the
      * queue (not claimed, no attempt counted) for a later claim or another process. Half the
@@ -317,6 +320,8 @@ export function checkDatabaseOptions(database: unknown): DatabaseKind {
   return kinds[0]!;
 }
 
+const WEBHOOK_CONCURRENCY = "a whole number from 1 to 10000, or 'auto' (half of worker.concurrency, at least 1)";
+
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
   maxPayloadBytes: positiveInt.optional(),
@@ -374,7 +379,7 @@ export const busOptionsSchema = z.object({
     connectTimeoutMs: positiveInt.max(3600_000).optional(),
     maxResponseBytes: positiveInt.optional(),
     maxRetryAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
-    concurrency: positiveInt.max(10_000).optional(),
+    concurrency: z.union([z.literal('auto'), z.number().int(WEBHOOK_CONCURRENCY).min(1, WEBHOOK_CONCURRENCY).max(10_000, WEBHOOK_CONCURRENCY)], { error: WEBHOOK_CONCURRENCY }).optional(),
     concurrencyPerEndpoint: positiveInt.max(10_000).optional(),
     failingDelayMs: nonNegInt.max(MAX_WINDOW_MS).optional(),
     disableAfterMs: positiveInt.max(MAX_WINDOW_MS).optional(),
@@ -456,6 +461,15 @@ export interface HandlerOptions {
   transactional?: boolean;
   /** Lower runs first (default 0). */
   priority?: number;
+}
+
+/**
+ * OptionsError naming the keys of `value` that `known` lacks: a misspelt option (`descripton`,
+ * `graceMS`) was dropped without a word, and the call went on as if it had not been given.
+ */
+export function rejectUnknownOptions(value: object, known: Readonly<Record<string, true>>, field: string): void {
+  const unknown = Object.keys(value).filter((key) => !Object.hasOwn(known, key));
+  if (unknown.length) throw new OptionsError(field, `unknown option(s) ${unknown.join(', ')} (known: ${Object.keys(known).join(', ')})`);
 }
 
 /** Parse with zod and turn the first issue into an OptionsError that names the field. */

@@ -2,7 +2,7 @@
 // new job. For a handler added after the event (an unrouted event is a fact a later subscriber
 // can replay), or one whose effect must be made again once its code is fixed.
 import { BusStateError, InvalidFilterError, NotFoundError, OptionsError } from '../core/errors.js';
-import { eventListParams, isUuid, type EventListFilter } from '../core/filters.js';
+import { eventListParams, isUuid, rejectUnknownFilterKeys, type EventListFilter } from '../core/filters.js';
 import { unstorableText } from '../core/json.js';
 import type { Driver } from '../driver/types.js';
 
@@ -54,7 +54,7 @@ export async function replayToHandler(driver: Driver, eventId: unknown, handler:
 /** Which stored events a bulk replay takes: the events list's filter, without state and paging. */
 export type EventReplayFilter = Pick<EventListFilter, 'type' | 'subject' | 'traceId' | 'since' | 'until'>;
 
-const REPLAY_FILTER_KEYS: ReadonlySet<string> = new Set<keyof EventReplayFilter>(['type', 'subject', 'traceId', 'since', 'until']);
+const REPLAY_FILTER_KEYS: Record<keyof EventReplayFilter, true> = { type: true, subject: true, traceId: true, since: true, until: true };
 
 /** What events.replay(filter, { handler }) did. */
 export interface HandlerBulkReplay {
@@ -85,8 +85,7 @@ export async function replayEventsToHandler(
   }
   // A key it does not know (a typo, the CLI's `trace` for traceId) would be ignored, and the
   // replay would then take every event of the handler's types rather than the ones it named.
-  const unknown = Object.keys(filter).find((key) => !REPLAY_FILTER_KEYS.has(key));
-  if (unknown !== undefined) throw new InvalidFilterError(unknown, 'is not a replay filter: give type, subject, traceId, since or until');
+  rejectUnknownFilterKeys(filter, REPLAY_FILTER_KEYS, 'a replay');
   const p = eventListParams(filter as EventReplayFilter);
   if (!(await driver.operations.handlerSchedules()).some((h) => h.name === handler)) throw await unknownHandler(driver, handler);
   const params = { typePattern: p.typePattern, subject: p.subject, traceId: p.traceId, minId: p.minId, maxId: p.maxId };

@@ -1,6 +1,7 @@
 // POST /api/endpoints/:id/update { url?, eventTypes?, description? }: change where an endpoint
 // receives and what; its state, attempt log and secret stay.
 import { z } from 'zod';
+import { changesSomething, NO_ENDPOINT_CHANGE, type EndpointChangeKey } from '../../core/endpoint-input.js';
 import { redactUrl } from '../../core/redact-url.js';
 import { endpointView } from '../data.js';
 import { bodyFields, defineRoute, parse } from '../route.js';
@@ -13,7 +14,8 @@ const input = z.object({
   // Lengths are bus.endpoints' to bound (2,048 and 1,000): stricter here, an endpoint made in code
   // or by the CLI with a longer description could not be edited from the panel at all.
   description: z.string().optional(),
-}).strict().refine((v) => v.url !== undefined || v.eventTypes !== undefined || v.description !== undefined, 'give at least one of url, eventTypes, description');
+  // The keys bus.endpoints.update takes, and its refusal of an update that changes nothing (one list, in core).
+} satisfies Record<EndpointChangeKey, z.ZodType>).strict().refine(changesSomething, NO_ENDPOINT_CHANGE);
 
 export default defineRoute({
   method: 'POST', path: '/api/endpoints/:id/update', access: 'user', kind: 'api',

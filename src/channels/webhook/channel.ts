@@ -37,8 +37,8 @@ export interface WebhookOptions {
   maxResponseBytes?: number;
   /** Longest Retry-After honoured (default 24 h). */
   maxRetryAfterMs?: number;
-  /** Deliveries at once in this process, within worker.concurrency (default: half of it, at least 1, so handlers keep room). */
-  concurrency?: number;
+  /** Deliveries at once in this process, within worker.concurrency (default 'auto': half of it, at least 1, so handlers keep room). */
+  concurrency?: number | 'auto';
   /** Deliveries at once to one endpoint in this process, within concurrency (default 4); the rest wait in the queue. */
   concurrencyPerEndpoint?: number;
   /** Delay of new deliveries while an endpoint is failing (default 5 min). */

@@ -6,7 +6,8 @@ import { storable } from '../../core/errors-format.js';
 import { patternMatches } from '../../core/events.js';
 import { pageOf, type Page } from '../../core/filters.js';
 import { isJobId } from '../../core/job-id.js';
-import { MAX_WINDOW_MS } from '../../core/options.js';
+import { ENDPOINT_CHANGE_KEYS, ENDPOINT_INPUT_KEYS, NO_ENDPOINT_CHANGE, changesSomething } from '../../core/endpoint-input.js';
+import { MAX_WINDOW_MS, rejectUnknownOptions } from '../../core/options.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import { uuidv7 } from '../../core/uuid.js';
 import type { Driver } from '../../driver/types.js';
@@ -35,6 +36,12 @@ export interface EndpointChanges {
   eventTypes?: readonly string[];
   description?: string;
 }
+
+// Every key of the two types is known to the shared lists (a key added to a type and not there does not compile).
+const INPUT_KEYS: Record<keyof EndpointInput, true> = ENDPOINT_INPUT_KEYS;
+const CHANGE_KEYS: Record<keyof EndpointChanges, true> = ENDPOINT_CHANGE_KEYS;
+const LIST_KEYS: Record<keyof EndpointListFilter, true> = { state: true, limit: true, after: true };
+const ATTEMPT_KEYS = { limit: true, before: true } as const;
 
 export interface NewDelivery {
   deliveryId: string;
@@ -174,6 +181,8 @@ export function createWebhookApi(
 
   // One row more than asked: its presence says a next page exists (a full page alone does not).
   async function endpointPage(name: string, filter: EndpointListFilter): Promise<Page<Endpoint>> {
+    if (!filter || typeof filter !== 'object') throw new OptionsError(`${name}(filter)`, 'pass { state?, limit?, after? }');
+    rejectUnknownOptions(filter, LIST_KEYS, `${name}(filter)`);
     const state = filter.state ?? null;
     if (state !== null && !ENDPOINT_STATES.includes(state)) throw new OptionsError(`${name}.state`, `must be one of ${ENDPOINT_STATES.join(', ')}`);
     const limit = filter.limit ?? MAX_LIST;
@@ -186,6 +195,7 @@ export function createWebhookApi(
   const endpoints: EndpointsApi = {
     async create(input) {
       if (!input || typeof input !== 'object') throw new OptionsError('endpoints.create(input)', 'pass { url, eventTypes, description?, secret? }');
+      rejectUnknownOptions(input, INPUT_KEYS, 'endpoints.create(input)');
       const url = checkUrl('endpoints.create.url', input.url);
       const eventTypes = checkPatterns('endpoints.create.eventTypes', input.eventTypes);
       const description = checkDescription('endpoints.create.description', input.description ?? '');
@@ -213,6 +223,9 @@ export function createWebhookApi(
     async update(id, changes) {
       checkId(id);
       if (!changes || typeof changes !== 'object') throw new OptionsError('endpoints.update(changes)', 'pass { url?, eventTypes?, description? }');
+      // A misspelt key (eventType) or none at all changed nothing, yet resolved and bumped updatedAt.
+      rejectUnknownOptions(changes, CHANGE_KEYS, 'endpoints.update(changes)');
+      if (!changesSomething(changes)) throw new OptionsError('endpoints.update(changes)', NO_ENDPOINT_CHANGE);
       const eventTypes = changes.eventTypes === undefined ? null : checkPatterns('endpoints.update.eventTypes', changes.eventTypes);
       return found(await w.endpointUpdate({
         id,
@@ -234,6 +247,7 @@ export function createWebhookApi(
 
     async disable(id, options = {}) {
       checkId(id);
+      checkOptions(options, { reason: true }, 'endpoints.disable(options)');
       const reason = options.reason === undefined ? 'disabled by its owner' : checkDescription('endpoints.disable.reason', options.reason);
       const row = await w.endpointSetState({ id, state: 'disabled', reason, now: now() });
       // Already disabled: it keeps the time and reason of the first disable.
@@ -244,6 +258,8 @@ export function createWebhookApi(
 
     async rotateSecret(id, options = {}) {
       checkId(id);
+      // A misspelt graceMS kept the old secret signing for the default day.
+      checkOptions(options, { secret: true, graceMs: true }, 'endpoints.rotateSecret(options)');
       const graceMs = options.graceMs ?? settings.secretGraceMs;
       // Bounded like webhooks.secretGraceMs: a longer grace overflowed the expiry timestamp in SQL,
       // and the rotation failed with PostgreSQL's "interval out of range" instead of a named error.
@@ -262,11 +278,13 @@ export function createWebhookApi(
 
     async attempts(id, options = {}) {
       checkId(id);
+      checkOptions(options, ATTEMPT_KEYS, 'endpoints.attempts(options)');
       return w.attemptList({ endpointId: id, eventId: null, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
     },
 
     async attemptPage(id, options = {}) {
       checkId(id);
+      checkOptions(options, ATTEMPT_KEYS, 'endpoints.attemptPage(options)');
       const beforeId = checkBefore(options.before);
       const limit = checkLimit(options.limit);
       // One row more than asked: its presence says an older page exists.
@@ -301,14 +319,23 @@ export function createWebhookApi(
     async replay(eventId: string, options: { endpointId: string }): Promise<NewDelivery> {
       if (typeof eventId !== 'string' || !UUID.test(eventId)) throw new NotFoundError(`event ${JSON.stringify(eventId)}`);
       if (!options || typeof options !== 'object') throw new OptionsError('events.replay(options)', 'pass { endpointId }');
+      rejectUnknownOptions(options, { endpointId: true }, 'events.replay(options)');
       return deliverAgain(eventId, checkId(options.endpointId), 'events.replay.endpointId');
     },
     /** bus.events.attempts: every webhook attempt made for one event, newest first. */
     async attemptsForEvent(eventId: string, options: { limit?: number; before?: string } = {}): Promise<WebhookAttempt[]> {
+      checkOptions(options, ATTEMPT_KEYS, 'events.attempts(options)');
       if (typeof eventId !== 'string' || !UUID.test(eventId)) return [];
       return w.attemptList({ endpointId: null, eventId, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
     },
   };
+}
+
+/** An options object of a call, if one is given, holds only the keys it takes. */
+function checkOptions(options: unknown, known: Readonly<Record<string, true>>, field: string): void {
+  if (options === undefined) return;
+  if (options === null || typeof options !== 'object') throw new OptionsError(field, `pass { ${Object.keys(known).map((k) => `${k}?`).join(', ')} }`);
+  rejectUnknownOptions(options, known, field);
 }
 
 function checkLimit(limit: number | undefined): number {

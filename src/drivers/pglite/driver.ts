@@ -10,6 +10,7 @@ import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
 import { PostgresOperationsExecutor } from '../postgres/executor-operations.js';
 import { postgresStatements } from '../postgres/sql.js';
+import type { PGliteDatabase } from './database.js';
 import { lockDataDir, pgliteDirOnDisk, type DataDirLock } from './lock.js';
 
 /** What PGlite throws when its COMMIT was answered with ROLLBACK (the transaction had aborted). */
@@ -20,7 +21,7 @@ export interface PGliteDriverOptions {
    * A data directory (created if missing; locked while open, see lock.ts), 'memory://' for
    * in-memory, or a PGlite instance the application owns.
    */
-  database: string | PGlite;
+  database: string | PGliteDatabase;
   schema: string;
 }
 
@@ -31,7 +32,7 @@ export class PGliteDriver implements Driver {
   readonly admin: PostgresAdminExecutor;
   readonly webhooks: PostgresWebhookExecutor;
   readonly operations: PostgresOperationsExecutor;
-  private readonly db: PGlite;
+  private readonly db: PGliteDatabase;
   private readonly ownsDb: boolean;
   /** The data directory's lock, when this driver opened one on disk. */
   private readonly lock: DataDirLock | undefined;
