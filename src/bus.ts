@@ -888,7 +888,8 @@ async function waitAtMost(work: Promise<void>, ms: number, onGaveUp: (waitedMs: 
 function explainedCalls<T extends object>(api: T, explained: <R>(work: Promise<R>) => Promise<R>): T {
   const out: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(api)) {
-    out[name] = typeof value === 'function' ? (...args: unknown[]) => explained((value as (...a: unknown[]) => Promise<unknown>).apply(api, args)) : value;
+    // Through a promise, so a call that is not async (or throws before its first await) is explained too.
+    out[name] = typeof value === 'function' ? (...args: unknown[]) => explained(Promise.resolve().then(() => (value as (...a: unknown[]) => unknown).apply(api, args))) : value;
   }
   return out as T;
 }
