@@ -18,7 +18,7 @@ import { isJobId } from './core/job-id.js';
 import { Lifecycle } from './core/lifecycle.js';
 import { checkLogger, defaultLogger, type Logger } from './core/logger.js';
 import { throttled } from './core/throttle.js';
-import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
+import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, knownOptions, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
 import { activeSpanContext, currentTraceId, newTraceId, normalizeTraceId, spanInTrace } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
 import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
@@ -645,6 +645,11 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     stop(stopOptions = {}) {
       // Node runs a timer longer than ~24.8 days (Infinity, a NaN from Number(env)…) after 1 ms:
       // such a timeoutMs, meant as "wait long", aborted every running handler at once.
+      try {
+        knownOptions(stopOptions, { timeoutMs: true }, 'stop(options)');
+      } catch (err) {
+        return Promise.reject(err);
+      }
       const timeoutMs = (stopOptions as { timeoutMs?: unknown } | null)?.timeoutMs;
       if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_TIMER_MS)) {
         return Promise.reject(new OptionsError('stop.timeoutMs', `${describe(timeoutMs)} is not a whole number of milliseconds from 0 to ${MAX_TIMER_MS} (about 24.8 days)`));
@@ -717,6 +722,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
           if (state === 'started' && workerOptions.enabled !== false) worker.wake();
           if (driver.capabilities.listenNotify) notifier('j'); // workers of other processes
         };
+        if ('handler' in replayOptions) knownOptions(replayOptions, { handler: true }, 'events.replay(options)');
         if (typeof target !== 'string') {
           if (!('handler' in replayOptions)) throw new OptionsError('events.replay(options)', 'a replay of many events takes { handler }; send them to an endpoint one by one');
           return replayEventsToHandler(driver, target, replayOptions.handler, () => clock.now(), jobsMade);
@@ -736,6 +742,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       list: () => driver.admin.handlerList({ countLimit: exactCountLimit }),
       async forget(name, forgetOptions = {}) {
         if (typeof name !== 'string' || name.length === 0) throw new OptionsError('handlers.forget(name)', 'give the name of a handler');
+        knownOptions(forgetOptions, { force: true }, 'handlers.forget(options)');
         if (handlers.has(name)) throw new BusStateError(`handler '${name}' is registered in this very bus: it is not gone`);
         // A heartbeat may come as seldom as every heartbeatMs (one skipped or failed: twice
         // that): with the alert off, its default window alone could be shorter than that.
@@ -797,7 +804,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         if (state !== 'idle') throw new BusStateError('bus.retention.register() must be called before bus.start()');
         retention.register(spec);
       },
-      run: (runOptions) => retention.runOnce(runOptions),
+      // A misspelt dryRun (dryrun) was a real pass: what the caller meant to count was deleted.
+      run: async (runOptions) => retention.runOnce(knownOptions(runOptions, { dryRun: true }, 'retention.run(options)')),
     },
 
     handler: (name) => handlers.get(name),

@@ -60,6 +60,8 @@ describeTargets('stored handlers on $name', (target) => {
     await expect(v2.handlers.forget('nosuch')).rejects.toBeInstanceOf(NotFoundError);
     // A typo is answered with the names there are, as a retry or replay by handler name is.
     await expect(v2.handlers.forget('old-smss')).rejects.toThrow(`handler "old-smss" not found; known handlers: 'old-sms', 'sms'`);
+    // A misspelt force is named, not dropped.
+    await expect(v2.handlers.forget('old-sms', { forse: true } as never)).rejects.toThrow('handlers.forget(options): unknown option(s) forse (known: force)');
     expect(await v2.handlers.forget('old-sms')).toEqual({ cancelled: 1 });
     const [cancelled] = (await v2.jobs.forEvent(id)).filter((j) => j.target === 'old-sms');
     expect(cancelled).toMatchObject({ state: 'cancelled' });

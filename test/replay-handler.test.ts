@@ -63,6 +63,8 @@ describeTargets('replay to a handler on $name', (target) => {
     await bus.start(); // stores the handler; nothing fans out or runs
     const missing = '0190a0a0-0000-7000-8000-000000000000';
     await expect(bus.events.replay(missing, { handler: 'ledger' })).rejects.toThrow(new NotFoundError(`event ${missing}`));
+    // A key the handler form does not take is named, not dropped.
+    await expect(bus.events.replay(missing, { handler: 'ledger', force: true } as never)).rejects.toThrow('events.replay(options): unknown option(s) force (known: handler)');
 
     const unfanned = await bus.transaction((tx) => bus.record(tx, 'order.placed', { n: 1 }));
     await expect(bus.events.replay(unfanned, { handler: 'ledger' })).rejects.toThrow(new BusStateError(`event ${unfanned} is not fanned out yet: the relay delivers it to its handlers`));

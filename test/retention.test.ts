@@ -280,6 +280,9 @@ describeTargets('retention on $name', (target) => {
       `insert into "${s}".jobs (event_id, kind, target, max_attempts, lease_ms, state, finalized_at)
        values ($1, 'handler', 'h', 5, 1000, 'completed', $2), ($1, 'handler', 'h', 5, 1000, 'discarded', $2)`, [eventId, clock.now()]);
     clock.advance(8 * DAY);
+    // A misspelt dryRun was a real pass: what the caller meant to count was deleted.
+    await expect(bus.retention.run({ dryrun: true } as never)).rejects.toThrow('retention.run(options): unknown option(s) dryrun (known: dryRun)');
+    expect((await ids(target, s)).length).toBe(5);
     const dry = await bus.retention.run({ dryRun: true });
     expect(dry.dryRun).toBe(true);
     // The event with the discarded job stays while that job does (this pass removes the job).

@@ -77,6 +77,10 @@ describeTargets('start and stop on $name', (target) => {
       expect(err).toBeInstanceOf(OptionsError);
       expect((err as OptionsError).field).toBe('stop.timeoutMs');
     }
+    // A misspelt timeoutMs was the default 10 s, not what was meant.
+    const misspelt = await bus.stop({ timeoutMS: 0 } as never).catch((e: unknown) => e);
+    expect(misspelt).toMatchObject({ code: 'ERR_OPTIONS', field: 'stop(options)' });
+    expect((misspelt as Error).message).toContain('unknown option(s) timeoutMS (known: timeoutMs)');
     await sleep(50); // a timer Node shortened to 1 ms would have fired
     expect(aborted).toBe(false);
     // The bus still runs, and a valid stop waits for the handler.

@@ -472,6 +472,14 @@ export function rejectUnknownOptions(value: object, known: Readonly<Record<strin
   if (unknown.length) throw new OptionsError(field, `unknown option(s) ${unknown.join(', ')} (known: ${Object.keys(known).join(', ')})`);
 }
 
+/** `options` of a call, when given, as an object of only the keys `known` has: an OptionsError names any other. */
+export function knownOptions<T>(options: T, known: Readonly<Record<string, true>>, field: string): T {
+  if (options === undefined) return options;
+  if (options === null || typeof options !== 'object') throw new OptionsError(field, `pass { ${Object.keys(known).map((k) => `${k}?`).join(', ')} }`);
+  rejectUnknownOptions(options, known, field);
+  return options;
+}
+
 /** Parse with zod and turn the first issue into an OptionsError that names the field. */
 export function validateWith<T>(schema: z.ZodType<T>, value: unknown, prefix: string): T {
   const result = schema.safeParse(value);

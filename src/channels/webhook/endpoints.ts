@@ -7,7 +7,7 @@ import { patternMatches } from '../../core/events.js';
 import { pageOf, type Page } from '../../core/filters.js';
 import { isJobId } from '../../core/job-id.js';
 import { ENDPOINT_CHANGE_KEYS, ENDPOINT_INPUT_KEYS, NO_ENDPOINT_CHANGE, changesSomething } from '../../core/endpoint-input.js';
-import { MAX_WINDOW_MS, rejectUnknownOptions } from '../../core/options.js';
+import { knownOptions, MAX_WINDOW_MS, rejectUnknownOptions } from '../../core/options.js';
 import type { Lifecycle } from '../../core/lifecycle.js';
 import { uuidv7 } from '../../core/uuid.js';
 import type { Driver } from '../../driver/types.js';
@@ -247,7 +247,7 @@ export function createWebhookApi(
 
     async disable(id, options = {}) {
       checkId(id);
-      checkOptions(options, { reason: true }, 'endpoints.disable(options)');
+      knownOptions(options, { reason: true }, 'endpoints.disable(options)');
       const reason = options.reason === undefined ? 'disabled by its owner' : checkDescription('endpoints.disable.reason', options.reason);
       const row = await w.endpointSetState({ id, state: 'disabled', reason, now: now() });
       // Already disabled: it keeps the time and reason of the first disable.
@@ -259,7 +259,7 @@ export function createWebhookApi(
     async rotateSecret(id, options = {}) {
       checkId(id);
       // A misspelt graceMS kept the old secret signing for the default day.
-      checkOptions(options, { secret: true, graceMs: true }, 'endpoints.rotateSecret(options)');
+      knownOptions(options, { secret: true, graceMs: true }, 'endpoints.rotateSecret(options)');
       const graceMs = options.graceMs ?? settings.secretGraceMs;
       // Bounded like webhooks.secretGraceMs: a longer grace overflowed the expiry timestamp in SQL,
       // and the rotation failed with PostgreSQL's "interval out of range" instead of a named error.
@@ -278,13 +278,13 @@ export function createWebhookApi(
 
     async attempts(id, options = {}) {
       checkId(id);
-      checkOptions(options, ATTEMPT_KEYS, 'endpoints.attempts(options)');
+      knownOptions(options, ATTEMPT_KEYS, 'endpoints.attempts(options)');
       return w.attemptList({ endpointId: id, eventId: null, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
     },
 
     async attemptPage(id, options = {}) {
       checkId(id);
-      checkOptions(options, ATTEMPT_KEYS, 'endpoints.attemptPage(options)');
+      knownOptions(options, ATTEMPT_KEYS, 'endpoints.attemptPage(options)');
       const beforeId = checkBefore(options.before);
       const limit = checkLimit(options.limit);
       // One row more than asked: its presence says an older page exists.
@@ -324,18 +324,11 @@ export function createWebhookApi(
     },
     /** bus.events.attempts: every webhook attempt made for one event, newest first. */
     async attemptsForEvent(eventId: string, options: { limit?: number; before?: string } = {}): Promise<WebhookAttempt[]> {
-      checkOptions(options, ATTEMPT_KEYS, 'events.attempts(options)');
+      knownOptions(options, ATTEMPT_KEYS, 'events.attempts(options)');
       if (typeof eventId !== 'string' || !UUID.test(eventId)) return [];
       return w.attemptList({ endpointId: null, eventId, beforeId: checkBefore(options.before), limit: checkLimit(options.limit) });
     },
   };
-}
-
-/** An options object of a call, if one is given, holds only the keys it takes. */
-function checkOptions(options: unknown, known: Readonly<Record<string, true>>, field: string): void {
-  if (options === undefined) return;
-  if (options === null || typeof options !== 'object') throw new OptionsError(field, `pass { ${Object.keys(known).map((k) => `${k}?`).join(', ')} }`);
-  rejectUnknownOptions(options, known, field);
 }
 
 function checkLimit(limit: number | undefined): number {
