@@ -12,6 +12,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const posix = (p: string) => p.split(sep).join('/');
 
 let packed: Set<string> | undefined;
+let declarations: Map<string, string> | undefined;
 
 /** The files `npm pack` puts in the tarball, as paths inside the package (no build: --ignore-scripts). */
 function packedFiles(): Set<string> {
@@ -30,7 +31,9 @@ function buildMaps(): Map<string, string[]> {
   })!;
   const program = ts.createProgram({ rootNames: parsed.fileNames, options: parsed.options });
   const maps = new Map<string, string[]>();
+  declarations = new Map();
   const emitted = program.emit(undefined, (file, text) => {
+    if (file.endsWith('.d.ts')) declarations!.set(posix(relative(root, file)), text);
     if (!file.endsWith('.map')) return;
     const map = JSON.parse(text) as { sources: string[]; sourceRoot?: string };
     const base = resolve(dirname(file), map.sourceRoot ?? '');
@@ -61,5 +64,31 @@ describe('the packed package', () => {
       for (const source of sources) if (!files.has(source)) dangling.push(`${map} → ${source}`);
     }
     expect(dangling).toEqual([]);
+  }, 60_000);
+
+  it("brings the types of every package its declarations import: each is a dependency, with types of its own or its @types one", () => {
+    // dist/bus.d.ts imports pg's types (database.postgres takes a pg.Pool) while @types/pg was a
+    // devDependency: an application without it failed to compile with skipLibCheck false
+    // ("Could not find a declaration file for module 'pg'"), and otherwise had pg.Pool as any.
+    if (!declarations) buildMaps();
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    const imported = new Set<string>();
+    for (const text of declarations!.values()) {
+      for (const m of text.matchAll(/(?:from\s+|import\()['"]([^'"]+)['"]/g)) {
+        const spec = m[1]!;
+        if (spec.startsWith('.') || spec.startsWith('node:')) continue;
+        imported.add(spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!);
+      }
+    }
+    expect(imported.size).toBeGreaterThan(0);
+    const missing: string[] = [];
+    for (const name of imported) {
+      if (!(name in pkg.dependencies)) { missing.push(`${name}: not a dependency`); continue; }
+      const own = JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as { types?: string; typings?: string; exports?: unknown };
+      const typed = own.types !== undefined || own.typings !== undefined || JSON.stringify(own.exports ?? {}).includes('"types"');
+      const typesName = `@types/${name.startsWith('@') ? name.slice(1).replace('/', '__') : name}`;
+      if (!typed && !(typesName in pkg.dependencies)) missing.push(`${name}: ships no types, and ${typesName} is not a dependency`);
+    }
+    expect(missing).toEqual([]);
   }, 60_000);
 });
