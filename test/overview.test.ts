@@ -3,6 +3,7 @@
 import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, ManualClock } from '../src/index.js';
+import { AdminMetrics } from '../src/admin/metrics.js';
 import { describeTargets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
@@ -71,6 +72,11 @@ describeTargets('overview on $name', (target) => {
     expect(o.jobs.completed).toBeGreaterThan(20);
     expect(o.jobs.completed).toBeLessThan(80);
     expect(o.discarded).toBe(2);
+    // And /metrics says which figures are estimates (a stale one read 10001 for 454,000 waiting).
+    const text = await new AdminMetrics(bus, false).render();
+    expect(text).toContain('rea_count_estimated{figure="jobs.completed"} 1');
+    expect(text).toContain('rea_count_estimated{figure="jobs.discarded"} 0');
+    expect(text).toContain('rea_count_estimated{figure="backlog"} 0');
   });
 
   test('where the backlog crossed its threshold is looked for only within the exact limit; above it the count alert has no since', async () => {

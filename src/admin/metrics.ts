@@ -22,6 +22,9 @@ export class AdminMetrics {
   private readonly tables = this.gauge('rea_table_size_bytes', "Total size of each rea table with indexes and TOAST", ['table']);
   private readonly alerts = this.gauge('rea_alert_active', 'Alerts currently raised by the overview (1 while active)', ['alert']);
   private readonly leader = this.gauge('rea_leader_lease_valid', '1 when some instance holds an unexpired leader lease');
+  // A count past overview.exactCountLimit is the planner's estimate, never below the limit: with
+  // stale statistics it read 10001 for a queue of 454,000, and nothing in the scrape said so.
+  private readonly estimated = this.gauge('rea_count_estimated', "1 when that figure (backlog, poisoned, jobs.<state>) is past overview.exactCountLimit and is the planner's estimate", ['figure']);
   /** This process's own series, in a registry of their own so a process that runs no work leaves them out. */
   private readonly own = new this.p.Registry();
   private readonly durations = new this.p.Histogram({
@@ -72,6 +75,8 @@ export class AdminMetrics {
     this.poisoned.set(o.poisoned);
     this.oldest.set((o.oldestUnfannedAgeMs ?? 0) / 1000);
     for (const [state, n] of Object.entries(o.jobs)) this.jobs.set({ state }, n);
+    const estimated = new Set(o.estimated);
+    for (const figure of ['backlog', 'poisoned', ...Object.keys(o.jobs).map((s) => `jobs.${s}`)]) this.estimated.set({ figure }, estimated.has(figure) ? 1 : 0);
     this.tables.reset();
     for (const t of o.tables) this.tables.set({ table: t.name }, t.totalBytes);
     const active = new Set(o.alerts.map((a) => a.name));
