@@ -84,6 +84,21 @@ describeTargets('rea/testing on $name', (target) => {
     await expect(runHandlerNow(bus, 'nope', { type: 'order.created', payload: { orderNo: 'X', total: 1 } })).rejects.toMatchObject({ name: 'OptionsError', field: 'runHandlerNow(name)' });
   });
 
+  it.skipIf(!target.available)("runHandlerNow's ctx.jobId is digits, as a worker's, new at each call, and names no job the sequence hands out", async () => {
+    // Every call had ctx.jobId 'test': a handler storing it in a bigint column, or parsing it, failed only in its tests.
+    const bus = await testBus(target, events);
+    const ids: string[] = [];
+    bus.on('order.created', 'h', (_e, ctx) => void ids.push(ctx.jobId));
+    for (const orderNo of ['A', 'B']) await runHandlerNow(bus, 'h', { type: 'order.created', payload: { orderNo, total: 1 } });
+    expect(ids).toHaveLength(2);
+    for (const id of ids) {
+      expect(id).toMatch(/^\d+$/);
+      expect(BigInt(id)).toBeGreaterThan(2n ** 62n);
+      expect(BigInt(id)).toBeLessThanOrEqual(2n ** 63n - 1n);
+    }
+    expect(ids[0]).not.toBe(ids[1]);
+  });
+
   it.skipIf(!target.available)('runHandlerNow given no event id makes one for each call, so each runs in a trace of its own', async () => {
     const bus = await testBus(target, events);
     const runs: { id: string; traceId: string | null; key: string }[] = [];

@@ -93,7 +93,8 @@ export async function runHandlerNow<S extends EventSchemas>(
   const id = event.id ?? uuidv7();
   const attempt = options.attempt ?? 1;
   const scope = new JobTraceScope(event.traceId ?? null, id, name, attempt);
-  const log = new LazyLogger(bus.logger, () => ({ trace_id: scope.traceId, event_id: id, handler: name, attempt, job_id: 'test' }));
+  const jobId = nextTestJobId();
+  const log = new LazyLogger(bus.logger, () => ({ trace_id: scope.traceId, event_id: id, handler: name, attempt, job_id: jobId }));
   const abort = new JobAbort();
   const timer = setTimeout(() => abort.abort(new HandlerTimeoutError(handler.timeoutMs)), handler.timeoutMs);
   const given = options.signal;
@@ -107,7 +108,7 @@ export async function runHandlerNow<S extends EventSchemas>(
     attempt,
     maxAttempts: handler.maxAttempts,
     idempotencyKey: `${id}:${name}`,
-    jobId: 'test',
+    jobId,
     coalesced: 1,
     get log() {
       return log.real;
@@ -123,6 +124,17 @@ export async function runHandlerNow<S extends EventSchemas>(
     clearTimeout(timer);
     given?.removeEventListener('abort', onGivenAbort);
   }
+}
+
+/**
+ * A job id for one runHandlerNow call: digits, as a worker's are (a bigint as a string), so a
+ * handler that stores or parses ctx.jobId works in its test as in production (every call had
+ * 'test'), and new at each call. Counted down from the top of bigint's range, far above any id
+ * the jobs table's sequence hands out, so it never names a real job.
+ */
+let testJobIds = 9_223_372_036_854_775_807n;
+function nextTestJobId(): string {
+  return String(testJobIds--);
 }
 
 function containsPartial(actual: unknown, expected: unknown): boolean {
