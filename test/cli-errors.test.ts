@@ -2,10 +2,12 @@
 // that is down, refusing or not migrated, a mistyped PGlite directory, conflicting or malformed
 // flags. Each is a typed error naming the problem (and the flag), never the password, with exit
 // code 2 for a wrong command line and 1 for a database that cannot be used.
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
@@ -15,6 +17,7 @@ import { checkConnectionString, describeConnection, LATEST_MIGRATION } from '../
 import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
 
 const SECRET = 's3cretpw';
+const execFileAsync = promisify(execFile);
 const hasPsql = spawnSync('psql', ['--version']).status === 0;
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
 
@@ -500,6 +503,22 @@ describe('a database that cannot be used', () => {
       const r = await rea('migrate', '--database-url', PG_URL, '--schema', schema);
       expect(r.code).toBe(1);
       expect(r.text).toMatch(new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`));
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
+  // In its own process: pino writes to the file descriptor, which the in-process rea() above does not see.
+  it.skipIf(!postgresTarget.available)('rea migrate --json prints one JSON document on stdout while rea logs a warning (to stderr)', async () => {
+    const schema = freshSchema();
+    try {
+      expect(await rea('migrate', '--database-url', PG_URL, '--schema', schema)).toMatchObject({ code: 0 });
+      await postgresTarget.query(`insert into ${schema}.migrations (version, name) values (${LATEST_MIGRATION + 1}, 'from_the_future')`);
+      const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
+      const { stdout, stderr } = await execFileAsync(process.execPath, ['--import', 'tsx', cli, 'migrate', '--json', '--database-url', PG_URL, '--schema', schema],
+        { env: { ...process.env, REA_LOG_LEVEL: 'warn' } });
+      expect(JSON.parse(stdout)).toEqual({ applied: [], newer: [LATEST_MIGRATION + 1] });
+      expect(stderr).toContain('"msg":"a newer rea has migrated this schema');
     } finally {
       await postgresTarget.query(`drop schema if exists ${schema} cascade`);
     }
