@@ -15,6 +15,8 @@ import { main } from '../src/cli/main.js';
 import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
 import { checkConnectionString, describeConnection, LATEST_MIGRATION } from '../src/drivers/postgres/common.js';
 import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
+import { bearer, call, TOKEN } from './helpers/admin.js';
+import { startPanel } from '../src/cli/panel.js';
 
 const SECRET = 's3cretpw';
 const execFileAsync = promisify(execFile);
@@ -503,6 +505,51 @@ describe('a database that cannot be used', () => {
       const r = await rea('migrate', '--database-url', PG_URL, '--schema', schema);
       expect(r.code).toBe(1);
       expect(r.text).toMatch(new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`));
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
+  it.skipIf(!postgresTarget.available)('a schema a newer rea marked breaking: every write of the CLI and the panel is refused as rea run is, reads go on', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    try {
+      expect(await rea('migrate', ...db)).toMatchObject({ code: 0 });
+      await postgresTarget.query(`insert into ${schema}.events (id, type, payload, fanned_out_at) values ('01900000-0000-7000-8000-000000000001', 'note.saved', '{}', now());
+        insert into ${schema}.jobs (event_id, kind, target, state, attempt, max_attempts, lease_ms, finalized_at)
+          values ('01900000-0000-7000-8000-000000000001', 'handler', 'mailer', 'discarded', 5, 5, 30000, now());
+        alter table ${schema}.migrations add column breaking boolean not null default false;
+        insert into ${schema}.migrations (version, name, breaking) values (${LATEST_MIGRATION + 1}, 'breaking_change', true)`);
+      const refusal = new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`);
+      for (const args of [['jobs', 'retry', '--discarded'], ['jobs', 'cancel', '1'], ['events', 'requeue', '--poisoned'],
+        ['endpoints', 'add', 'https://hooks.example.com/x', '--events', 'note.*'], ['handlers', 'forget', 'mailer', '--force'], ['retention', 'run']]) {
+        const r = await rea(...args, ...db);
+        expect({ args, code: r.code, refused: refusal.test(r.text) }).toEqual({ args, code: 1, refused: true });
+      }
+      expect(await postgresTarget.query(`select state from ${schema}.jobs`)).toEqual([{ state: 'discarded' }]);
+      expect(await postgresTarget.query(`select id from ${schema}.endpoints`)).toEqual([]);
+      expect(await postgresTarget.query(`select name from ${schema}.handlers`)).toEqual([]);
+
+      // Reads: what an operator needs during an incident.
+      expect(await rea('jobs', 'list', ...db)).toMatchObject({ code: 0, text: expect.stringContaining('mailer') });
+      expect(await rea('status', ...db)).toMatchObject({ code: 0 });
+
+      // The panel reads; its buttons (the API's POSTs) are refused (the API names no server to its client).
+      process.env.REA_TEST_PANEL_TOKEN = TOKEN;
+      const said: string[] = [];
+      vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void said.push(m.join(' ')));
+      const panel = await startPanel({ port: '0', host: '127.0.0.1', tokenEnv: 'REA_TEST_PANEL_TOKEN', databaseUrl: PG_URL, schema });
+      expect(said.join('\n')).toContain(`rea panel: warning: schema "${schema}" has migration ${LATEST_MIGRATION + 1} of a newer rea`);
+      try {
+        expect((await call(panel.url, 'GET', '/api/jobs?state=discarded', { headers: bearer() })).status).toBe(200);
+        const retry = await call(panel.url, 'POST', '/api/jobs/retry', { headers: bearer(), body: { state: 'discarded' } });
+        expect(retry.status).toBe(503);
+        expect(retry.json.error).toMatchObject({ code: 'ERR_DATABASE', message: 'a newer rea migrated this schema in a way this rea must not run against: upgrade it' });
+      } finally {
+        await panel.close();
+        delete process.env.REA_TEST_PANEL_TOKEN;
+      }
+      expect(await postgresTarget.query(`select state from ${schema}.jobs`)).toEqual([{ state: 'discarded' }]);
     } finally {
       await postgresTarget.query(`drop schema if exists ${schema} cascade`);
     }

@@ -1,7 +1,7 @@
 // What the pg and PGlite drivers share: schema quoting and the migration runner.
 import { createHash } from 'node:crypto';
 import { DatabaseError, OptionsError, ReaError } from '../../core/errors.js';
-import type { Queryable } from '../../driver/types.js';
+import type { MigrationStatus, Queryable } from '../../driver/types.js';
 import { migrationStatements as m } from './sql.js';
 import { migrations } from './migrations/index.js';
 
@@ -138,18 +138,44 @@ export async function migrateRetryingLocks<R>(
  * Returns the migrations of a newer rea found there (see newerMigrations).
  */
 export async function checkMigrated(q: Queryable, schema: string, where: string): Promise<{ newer: number[] }> {
-  let rows: AppliedMigration[];
-  try {
-    rows = (await q.query<AppliedMigration>(m.applied(quoteSchema(schema)))).rows;
-  } catch (err) {
-    throw explainPostgresError(err, schema, where);
-  }
+  const rows = await appliedMigrations(q, schema, where);
   const done = new Set(rows.map((r) => r.version));
   const missing = migrations.filter((mig) => !done.has(mig.version)).map((mig) => mig.version);
   if (missing.length > 0) {
     throw new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks rea's migration${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: run the migrations first (rea migrate, or bus.migrate())`);
   }
   return { newer: newerMigrations(rows, schema, where) };
+}
+
+async function appliedMigrations(q: Queryable, schema: string, where: string): Promise<AppliedMigration[]> {
+  try {
+    return (await q.query<AppliedMigration>(m.applied(quoteSchema(schema)))).rows;
+  } catch (err) {
+    throw explainPostgresError(err, schema, where);
+  }
+}
+
+/**
+ * The schema's migrations against this rea's, without refusing anything: for reads that go on
+ * whatever it says (rea status, rea migrate --dry-run). A database that cannot be used throws,
+ * as checkMigrated does.
+ */
+export async function migrationStatus(q: Queryable, schema: string, where: string): Promise<MigrationStatus> {
+  let rows: AppliedMigration[] = [];
+  try {
+    rows = await appliedMigrations(q, schema, where);
+  } catch (err) {
+    // No schema or no migrations table: nothing applied yet.
+    if (!(err instanceof DatabaseError && err.kind === 'not-migrated')) throw err;
+  }
+  const done = new Set(rows.map((r) => r.version));
+  const newer = rows.filter((r) => r.version > LATEST_MIGRATION);
+  return {
+    pending: migrations.filter((mig) => !done.has(mig.version)).map((mig) => ({ version: mig.version, name: mig.name })),
+    newer: newer.map((r) => r.version),
+    breaking: newer.filter((r) => r.breaking).map((r) => r.version),
+    knownUpTo: LATEST_MIGRATION,
+  };
 }
 
 /** PostgreSQL's longest channel name, in bytes (NAMEDATALEN - 1): pg_notify refuses a longer one, and LISTEN cuts it short. */

@@ -3,10 +3,10 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { ABORTED_TRANSACTION, DatabaseError, TransactionError } from '../../core/errors.js';
 import { within } from '../../core/within.js';
-import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
+import type { Driver, DriverCapabilities, EventInsert, MigrationStatus, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { checkConnectionString, checkMigrated, migrateRetryingLocks, type MigrateOptions, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, checkMigrated, migrateRetryingLocks, type MigrateOptions, migrationStatus, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { eventChunks, PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
@@ -163,6 +163,10 @@ export class PostgresDriver implements Driver {
 
   checkMigrated(): Promise<{ newer: number[] }> {
     return checkMigrated(this.timed as Queryable, this.schema, this.where);
+  }
+
+  migrationStatus(): Promise<MigrationStatus> {
+    return migrationStatus(this.timed as Queryable, this.schema, this.where);
   }
 
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
