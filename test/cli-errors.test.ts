@@ -643,6 +643,48 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
     await bus.stop();
   });
 
+  // A new app on a schema one migration behind: every record() failed with the server's raw
+  // 'column "span_id" of relation "events" does not exist', naming no migration.
+  test('a schema a migration behind: record() is not-migrated naming rea migrate; the application\'s own undefined column stays its own', async () => {
+    const migrated = await testBus(target, events);
+    const s = `"${migrated.schema}"`;
+    await target.query(`alter table ${s}.events drop column span_id, drop column trace_flags;
+      alter table ${s}.events_archive drop column span_id, drop column trace_flags;
+      delete from ${s}.migrations where version = ${LATEST_MIGRATION}`);
+    const bus = createBus({ database: target.database(), events, schema: migrated.schema });
+    const notMigrated = { code: 'ERR_DATABASE', kind: 'not-migrated', message: expect.stringMatching(new RegExp(`^schema "${migrated.schema}" of .* lacks migrations of this rea \\(its statement failed: column "span_id" of relation "events" does not exist\\): run the migrations first \\(rea migrate, or bus.migrate\\(\\)\\)$`)) };
+    try {
+      await expect(bus.transaction((tx) => bus.record(tx, 'note.saved', { n: 1 }))).rejects.toMatchObject(notMigrated);
+      await expect(bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 1 } }, { type: 'note.saved', payload: { n: 2 } }]))).rejects.toMatchObject(notMigrated);
+      // Recorded after tx.raw was read: the insert goes out at once, not with COMMIT.
+      await expect(bus.transaction(async (tx) => { void tx.raw; await bus.record(tx, 'note.saved', { n: 3 }); })).rejects.toMatchObject(notMigrated);
+      // On the caller's own transaction.
+      const pglite = (target.database() as { pglite?: { transaction: (fn: (tx: unknown) => Promise<unknown>) => Promise<unknown> } }).pglite;
+      if (pglite) {
+        await expect(pglite.transaction((tx) => bus.record(tx, 'note.saved', { n: 4 }))).rejects.toMatchObject(notMigrated);
+      } else {
+        const client = new pg.Client({ connectionString: PG_URL });
+        await client.connect();
+        try {
+          await client.query('begin');
+          await expect(bus.record(client, 'note.saved', { n: 4 })).rejects.toMatchObject(notMigrated);
+          await client.query('rollback');
+        } finally {
+          await client.end();
+        }
+      }
+      // The application's own statement: its error, with its code, untouched.
+      const own = await bus.transaction(async (tx) => {
+        await tx.query(`select no_such_column from ${s}.jobs`);
+      }).then(() => null, (e: unknown) => e);
+      expect(own).not.toBeInstanceOf(ReaError);
+      expect(own).toMatchObject({ code: '42703' });
+    } finally {
+      await bus.stop();
+    }
+    expect(await target.query(`select count(*)::int as n from ${s}.events`)).toEqual([{ n: 0 }]);
+  });
+
   test('a schema a newer rea migrated: warned about, or refused by name when a newer migration is marked breaking', async () => {
     const migrated = await testBus(target, events);
     const s = `"${migrated.schema}"`;

@@ -310,15 +310,35 @@ const TLS_CERT_CODES = new Set([
   'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
+/** Errors of rea's own statements run in the caller's transaction (see reaStatementFailed). */
+const reaStatementErrors = new WeakSet<object>();
+
+/**
+ * Mark `err` as the failure of one of rea's own statements (the events insert of record()), and
+ * return it. An undefined column or table there means the schema lacks a migration (a new app on
+ * an old schema: column "span_id" of relation "events" does not exist), and explainPostgresError
+ * says so; the same codes from the application's own statements in that transaction are its own.
+ */
+export function reaStatementFailed(err: unknown): unknown {
+  if (typeof err === 'object' && err !== null) reaStatementErrors.add(err);
+  return err;
+}
+
+// undefined_column, undefined_table.
+const UNDEFINED_OBJECT_CODES = new Set(['42703', '42P01']);
+
 /**
  * Name what went wrong when the database cannot be used at all: nothing answering, a refusal
- * (password, missing database), or rea's tables missing from the schema. `where` describes the
- * server without its password. Any other error comes back as it was.
+ * (password, missing database), or rea's tables missing from the schema or behind on migrations.
+ * `where` describes the server without its password. Any other error comes back as it was.
  */
 export function explainPostgresError(err: unknown, schema: string, where: string): unknown {
   if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
   const code = String((err as { code?: unknown }).code ?? '');
   const message = String((err as { message?: unknown }).message ?? '');
+  if (reaStatementErrors.has(err) && UNDEFINED_OBJECT_CODES.has(code)) {
+    return new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks migrations of this rea (its statement failed: ${message}): run the migrations first (rea migrate, or bus.migrate())`, { cause: err });
+  }
   if (code === '42P01' || code === '3F000') {
     // Only rea's own schema and tables: a missing application table (rea capture) is not this.
     const relation = MISSING_RELATION.exec(message)?.[1];
