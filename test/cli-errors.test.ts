@@ -555,6 +555,38 @@ describe('a database that cannot be used', () => {
     }
   });
 
+  it.skipIf(!postgresTarget.available)('a schema behind: rea status says which migrations are pending, rea migrate --dry-run lists them and applies none', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    try {
+      expect(await rea('migrate', ...db)).toMatchObject({ code: 0 });
+      const [latest] = await postgresTarget.query<{ version: number; name: string }>(`select version, name from ${schema}.migrations order by version desc limit 1`);
+      await postgresTarget.query(`alter table ${schema}.events drop column span_id, drop column trace_flags;
+        alter table ${schema}.events_archive drop column span_id, drop column trace_flags;
+        delete from ${schema}.migrations where version = ${latest!.version}`);
+      const pending = `${latest!.version} ${latest!.name}`;
+
+      const human = await rea('status', ...db);
+      expect(human.code).toBe(0);
+      expect(human.text.split('\n')[1]).toBe(`migrations 1 pending (${pending}): run rea migrate; until then a rea of this version fails to start, and its record() fails`);
+      const json = JSON.parse((await rea('status', '--json', ...db)).text);
+      expect(json.migrations).toEqual({ pending: [{ version: latest!.version, name: latest!.name }], newer: [], breaking: [], knownUpTo: LATEST_MIGRATION });
+
+      expect(await rea('migrate', '--dry-run', ...db)).toEqual({ code: 0, text: `would apply migrations ${latest!.version} (${latest!.name})` });
+      expect(JSON.parse((await rea('migrate', '--dry-run', '--json', ...db)).text)).toEqual({ pending: [{ version: latest!.version, name: latest!.name }], newer: [], breaking: [] });
+      expect(await postgresTarget.query(`select 1 from ${schema}.migrations where version = $1`, [latest!.version])).toEqual([]);
+
+      await postgresTarget.query(`alter table ${schema}.events add column span_id text, add column trace_flags smallint;
+        alter table ${schema}.events_archive add column span_id text, add column trace_flags smallint;
+        insert into ${schema}.migrations (version, name) values (${latest!.version}, '${latest!.name}')`);
+      expect((await rea('status', ...db)).text).not.toMatch(/^migrations /m);
+      expect(JSON.parse((await rea('status', '--json', ...db)).text).migrations.pending).toEqual([]);
+      expect(await rea('migrate', '--dry-run', ...db)).toEqual({ code: 0, text: 'already up to date' });
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
   // In its own process: pino writes to the file descriptor, which the in-process rea() above does not see.
   it.skipIf(!postgresTarget.available)('rea migrate --json prints one JSON document on stdout while rea logs a warning (to stderr)', async () => {
     const schema = freshSchema();
