@@ -64,6 +64,23 @@ describe('rea: command-line mistakes', () => {
     expect(r.text).not.toContain(SECRET);
   });
 
+  // The driver checks them too, under its option's name: 'invalid option database.postgres'.
+  it.each([
+    ['connect_timeout=abc', "connect_timeout in the connection string takes whole seconds (0 to 2147483), not 'abc'"],
+    ['keepalives=2', "keepalives in the connection string is 1 or 0, not '2'"],
+    ['keepalives_idle=-1', "keepalives_idle in the connection string takes whole seconds (0 to 2147483), not '-1'"],
+  ])('a malformed %s in the connection string names --database-url (or DATABASE_URL), not the password', async (param, message) => {
+    const url = `postgres://u:${SECRET}@127.0.0.1:5432/db?${param}`;
+    const r = await rea('status', '--database-url', url);
+    expect(r).toEqual({ code: 2, text: `rea: invalid option --database-url: ${message}` });
+    vi.stubEnv('DATABASE_URL', url);
+    try {
+      expect(await rea('status')).toEqual({ code: 2, text: `rea: invalid option DATABASE_URL: ${message}` });
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
   it('names DATABASE_URL when the bad string came from the environment', async () => {
     vi.stubEnv('DATABASE_URL', `mysql://root:${SECRET}@127.0.0.1/test`);
     try {
