@@ -81,6 +81,13 @@ describe('rea: command-line mistakes', () => {
     }
   });
 
+  // It said 'run every retention rule once', and the report never had the webhook attempt log.
+  it('rea retention run --help says which rules it runs, and that the attempt log is not among them', async () => {
+    const r = await rea('retention', 'run', '--help');
+    expect(r.code).toBe(0);
+    expect(r.text.replace(/\s+/g, ' ')).toContain('run the retention rules once (events, events_archive, jobs by state, consumes, and with --module the tables its bus registers) and report what each removed; not the webhook attempt log, which the leader trims on its own (webhooks.attemptRetentionMs)');
+  });
+
   it('names DATABASE_URL when the bad string came from the environment', async () => {
     vi.stubEnv('DATABASE_URL', `mysql://root:${SECRET}@127.0.0.1/test`);
     try {
