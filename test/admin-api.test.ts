@@ -193,6 +193,25 @@ describeTargets('admin API on $name when rea is not migrated', (target) => {
 describeTargets('admin API on $name', (target) => {
   const test = it.skipIf(!target.available);
 
+  // A completed job whose first attempt a worker's stop cut short showed that error under 'Last
+  // error', as a failed job's is: it read like a failure.
+  test('jobs and event pages: a completed job\'s error is named an earlier attempt\'s, plain; a failed job\'s stays its last error', async () => {
+    const { bus, s } = await setup(target, { handlers: false });
+    const q = `"${bus.schema}"`;
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'E-1' }));
+    const entry = (message: string) => JSON.stringify([{ at: new Date().toISOString(), attempt: 1, name: 'Error', message }]);
+    await target.query(`insert into ${q}.jobs (event_id, kind, target, state, attempt, max_attempts, lease_ms, finalized_at, errors) values
+      ($1, 'handler', 'mailer', 'completed', 2, 5, 30000, now(), $2::jsonb), ($1, 'handler', 'ledger', 'discarded', 5, 5, 30000, now(), $3::jsonb)`,
+      [eventId, entry('the worker stopped'), entry('SMTP 550')]);
+    for (const path of ['/jobs', `/events/${eventId}`]) {
+      const page = await call(s.url, 'GET', path, { headers: bearer() });
+      expect(page.status).toBe(200);
+      expect(page.text).toContain('<span class="earlier" title="the worker stopped">attempt 1, before it completed: the worker stopped</span>');
+      expect(page.text).toContain('<code class="preview" title="SMTP 550">SMTP 550</code>');
+      expect(page.text).not.toContain('<code class="preview" title="the worker stopped">');
+    }
+  });
+
   test('authentication: missing and wrong credentials are 401; bearer, basic and the session cookie work', async () => {
     const { s } = await setup(target);
     for (const path of ['/api/overview', '/api/events', '/api/jobs', '/api/endpoints', '/metrics', '/api/events/00000000-0000-7000-8000-000000000000']) {

@@ -2,10 +2,12 @@
 // that is down, refusing or not migrated, a mistyped PGlite directory, conflicting or malformed
 // flags. Each is a typed error naming the problem (and the flag), never the password, with exit
 // code 2 for a wrong command line and 1 for a database that cannot be used.
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
@@ -13,8 +15,11 @@ import { main } from '../src/cli/main.js';
 import { createBus, DatabaseError, defineEvents, OptionsError, ReaError } from '../src/index.js';
 import { checkConnectionString, describeConnection, LATEST_MIGRATION } from '../src/drivers/postgres/common.js';
 import { describeTargets, freshSchema, PG_URL, postgresTarget, testBus } from './helpers/db.js';
+import { bearer, call, TOKEN } from './helpers/admin.js';
+import { startPanel } from '../src/cli/panel.js';
 
 const SECRET = 's3cretpw';
+const execFileAsync = promisify(execFile);
 const hasPsql = spawnSync('psql', ['--version']).status === 0;
 const events = defineEvents({ 'note.saved': z.object({ n: z.number() }) });
 
@@ -57,6 +62,30 @@ describe('rea: command-line mistakes', () => {
     expect(r.text).toMatch(message);
     expect(r.text).toContain('expected postgres://user:password@host:port/database');
     expect(r.text).not.toContain(SECRET);
+  });
+
+  // The driver checks them too, under its option's name: 'invalid option database.postgres'.
+  it.each([
+    ['connect_timeout=abc', "connect_timeout in the connection string takes whole seconds (0 to 2147483), not 'abc'"],
+    ['keepalives=2', "keepalives in the connection string is 1 or 0, not '2'"],
+    ['keepalives_idle=-1', "keepalives_idle in the connection string takes whole seconds (0 to 2147483), not '-1'"],
+  ])('a malformed %s in the connection string names --database-url (or DATABASE_URL), not the password', async (param, message) => {
+    const url = `postgres://u:${SECRET}@127.0.0.1:5432/db?${param}`;
+    const r = await rea('status', '--database-url', url);
+    expect(r).toEqual({ code: 2, text: `rea: invalid option --database-url: ${message}` });
+    vi.stubEnv('DATABASE_URL', url);
+    try {
+      expect(await rea('status')).toEqual({ code: 2, text: `rea: invalid option DATABASE_URL: ${message}` });
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
+  // It said 'run every retention rule once', and the report never had the webhook attempt log.
+  it('rea retention run --help says which rules it runs, and that the attempt log is not among them', async () => {
+    const r = await rea('retention', 'run', '--help');
+    expect(r.code).toBe(0);
+    expect(r.text.replace(/\s+/g, ' ')).toContain('run the retention rules once (events, events_archive, jobs by state, consumes, and with --module the tables its bus registers) and report what each removed; not the webhook attempt log, which the leader trims on its own (webhooks.attemptRetentionMs)');
   });
 
   it('names DATABASE_URL when the bad string came from the environment', async () => {
@@ -505,6 +534,99 @@ describe('a database that cannot be used', () => {
     }
   });
 
+  it.skipIf(!postgresTarget.available)('a schema a newer rea marked breaking: every write of the CLI and the panel is refused as rea run is, reads go on', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    try {
+      expect(await rea('migrate', ...db)).toMatchObject({ code: 0 });
+      await postgresTarget.query(`insert into ${schema}.events (id, type, payload, fanned_out_at) values ('01900000-0000-7000-8000-000000000001', 'note.saved', '{}', now());
+        insert into ${schema}.jobs (event_id, kind, target, state, attempt, max_attempts, lease_ms, finalized_at)
+          values ('01900000-0000-7000-8000-000000000001', 'handler', 'mailer', 'discarded', 5, 5, 30000, now());
+        alter table ${schema}.migrations add column breaking boolean not null default false;
+        insert into ${schema}.migrations (version, name, breaking) values (${LATEST_MIGRATION + 1}, 'breaking_change', true)`);
+      const refusal = new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`);
+      for (const args of [['jobs', 'retry', '--discarded'], ['jobs', 'cancel', '1'], ['events', 'requeue', '--poisoned'],
+        ['endpoints', 'add', 'https://hooks.example.com/x', '--events', 'note.*'], ['handlers', 'forget', 'mailer', '--force'], ['retention', 'run']]) {
+        const r = await rea(...args, ...db);
+        expect({ args, code: r.code, refused: refusal.test(r.text) }).toEqual({ args, code: 1, refused: true });
+      }
+      expect(await postgresTarget.query(`select state from ${schema}.jobs`)).toEqual([{ state: 'discarded' }]);
+      expect(await postgresTarget.query(`select id from ${schema}.endpoints`)).toEqual([]);
+      expect(await postgresTarget.query(`select name from ${schema}.handlers`)).toEqual([]);
+
+      // Reads: what an operator needs during an incident.
+      expect(await rea('jobs', 'list', ...db)).toMatchObject({ code: 0, text: expect.stringContaining('mailer') });
+      expect(await rea('status', ...db)).toMatchObject({ code: 0 });
+
+      // The panel reads; its buttons (the API's POSTs) are refused (the API names no server to its client).
+      process.env.REA_TEST_PANEL_TOKEN = TOKEN;
+      const said: string[] = [];
+      vi.spyOn(console, 'error').mockImplementation((...m: unknown[]) => void said.push(m.join(' ')));
+      const panel = await startPanel({ port: '0', host: '127.0.0.1', tokenEnv: 'REA_TEST_PANEL_TOKEN', databaseUrl: PG_URL, schema });
+      expect(said.join('\n')).toContain(`rea panel: warning: schema "${schema}" has migration ${LATEST_MIGRATION + 1} of a newer rea`);
+      try {
+        expect((await call(panel.url, 'GET', '/api/jobs?state=discarded', { headers: bearer() })).status).toBe(200);
+        const retry = await call(panel.url, 'POST', '/api/jobs/retry', { headers: bearer(), body: { state: 'discarded' } });
+        expect(retry.status).toBe(503);
+        expect(retry.json.error).toMatchObject({ code: 'ERR_DATABASE', message: 'a newer rea migrated this schema in a way this rea must not run against: upgrade it' });
+      } finally {
+        await panel.close();
+        delete process.env.REA_TEST_PANEL_TOKEN;
+      }
+      expect(await postgresTarget.query(`select state from ${schema}.jobs`)).toEqual([{ state: 'discarded' }]);
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
+  it.skipIf(!postgresTarget.available)('a schema behind: rea status says which migrations are pending, rea migrate --dry-run lists them and applies none', async () => {
+    const schema = freshSchema();
+    const db = ['--database-url', PG_URL, '--schema', schema];
+    try {
+      expect(await rea('migrate', ...db)).toMatchObject({ code: 0 });
+      const [latest] = await postgresTarget.query<{ version: number; name: string }>(`select version, name from ${schema}.migrations order by version desc limit 1`);
+      await postgresTarget.query(`alter table ${schema}.events drop column span_id, drop column trace_flags;
+        alter table ${schema}.events_archive drop column span_id, drop column trace_flags;
+        delete from ${schema}.migrations where version = ${latest!.version}`);
+      const pending = `${latest!.version} ${latest!.name}`;
+
+      const human = await rea('status', ...db);
+      expect(human.code).toBe(0);
+      expect(human.text.split('\n')[1]).toBe(`migrations 1 pending (${pending}): run rea migrate; until then a rea of this version fails to start, and its record() fails`);
+      const json = JSON.parse((await rea('status', '--json', ...db)).text);
+      expect(json.migrations).toEqual({ pending: [{ version: latest!.version, name: latest!.name }], newer: [], breaking: [], knownUpTo: LATEST_MIGRATION });
+
+      expect(await rea('migrate', '--dry-run', ...db)).toEqual({ code: 0, text: `would apply migrations ${latest!.version} (${latest!.name})` });
+      expect(JSON.parse((await rea('migrate', '--dry-run', '--json', ...db)).text)).toEqual({ pending: [{ version: latest!.version, name: latest!.name }], newer: [], breaking: [] });
+      expect(await postgresTarget.query(`select 1 from ${schema}.migrations where version = $1`, [latest!.version])).toEqual([]);
+
+      await postgresTarget.query(`alter table ${schema}.events add column span_id text, add column trace_flags smallint;
+        alter table ${schema}.events_archive add column span_id text, add column trace_flags smallint;
+        insert into ${schema}.migrations (version, name) values (${latest!.version}, '${latest!.name}')`);
+      expect((await rea('status', ...db)).text).not.toMatch(/^migrations /m);
+      expect(JSON.parse((await rea('status', '--json', ...db)).text).migrations.pending).toEqual([]);
+      expect(await rea('migrate', '--dry-run', ...db)).toEqual({ code: 0, text: 'already up to date' });
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
+  // In its own process: pino writes to the file descriptor, which the in-process rea() above does not see.
+  it.skipIf(!postgresTarget.available)('rea migrate --json prints one JSON document on stdout while rea logs a warning (to stderr)', async () => {
+    const schema = freshSchema();
+    try {
+      expect(await rea('migrate', '--database-url', PG_URL, '--schema', schema)).toMatchObject({ code: 0 });
+      await postgresTarget.query(`insert into ${schema}.migrations (version, name) values (${LATEST_MIGRATION + 1}, 'from_the_future')`);
+      const cli = fileURLToPath(new URL('./fixtures/rea-cli.ts', import.meta.url));
+      const { stdout, stderr } = await execFileAsync(process.execPath, ['--import', 'tsx', cli, 'migrate', '--json', '--database-url', PG_URL, '--schema', schema],
+        { env: { ...process.env, REA_LOG_LEVEL: 'warn' } });
+      expect(JSON.parse(stdout)).toEqual({ applied: [], newer: [LATEST_MIGRATION + 1] });
+      expect(stderr).toContain('"msg":"a newer rea has migrated this schema');
+    } finally {
+      await postgresTarget.query(`drop schema if exists ${schema} cascade`);
+    }
+  });
+
   it.skipIf(!postgresTarget.available)('not migrated: record() says so, in bus.transaction and on the caller\'s client, and the business write rolls back', async () => {
     const schema = freshSchema();
     const bus = createBus({ database: { postgres: PG_URL, poolSize: 2 }, events, schema });
@@ -599,6 +721,48 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
     const bus = createBus({ database: target.database(), events, schema: migrated.schema });
     await bus.start();
     await bus.stop();
+  });
+
+  // A new app on a schema one migration behind: every record() failed with the server's raw
+  // 'column "span_id" of relation "events" does not exist', naming no migration.
+  test('a schema a migration behind: record() is not-migrated naming rea migrate; the application\'s own undefined column stays its own', async () => {
+    const migrated = await testBus(target, events);
+    const s = `"${migrated.schema}"`;
+    await target.query(`alter table ${s}.events drop column span_id, drop column trace_flags;
+      alter table ${s}.events_archive drop column span_id, drop column trace_flags;
+      delete from ${s}.migrations where version = ${LATEST_MIGRATION}`);
+    const bus = createBus({ database: target.database(), events, schema: migrated.schema });
+    const notMigrated = { code: 'ERR_DATABASE', kind: 'not-migrated', message: expect.stringMatching(new RegExp(`^schema "${migrated.schema}" of .* lacks migrations of this rea \\(its statement failed: column "span_id" of relation "events" does not exist\\): run the migrations first \\(rea migrate, or bus.migrate\\(\\)\\)$`)) };
+    try {
+      await expect(bus.transaction((tx) => bus.record(tx, 'note.saved', { n: 1 }))).rejects.toMatchObject(notMigrated);
+      await expect(bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 1 } }, { type: 'note.saved', payload: { n: 2 } }]))).rejects.toMatchObject(notMigrated);
+      // Recorded after tx.raw was read: the insert goes out at once, not with COMMIT.
+      await expect(bus.transaction(async (tx) => { void tx.raw; await bus.record(tx, 'note.saved', { n: 3 }); })).rejects.toMatchObject(notMigrated);
+      // On the caller's own transaction.
+      const pglite = (target.database() as { pglite?: { transaction: (fn: (tx: unknown) => Promise<unknown>) => Promise<unknown> } }).pglite;
+      if (pglite) {
+        await expect(pglite.transaction((tx) => bus.record(tx, 'note.saved', { n: 4 }))).rejects.toMatchObject(notMigrated);
+      } else {
+        const client = new pg.Client({ connectionString: PG_URL });
+        await client.connect();
+        try {
+          await client.query('begin');
+          await expect(bus.record(client, 'note.saved', { n: 4 })).rejects.toMatchObject(notMigrated);
+          await client.query('rollback');
+        } finally {
+          await client.end();
+        }
+      }
+      // The application's own statement: its error, with its code, untouched.
+      const own = await bus.transaction(async (tx) => {
+        await tx.query(`select no_such_column from ${s}.jobs`);
+      }).then(() => null, (e: unknown) => e);
+      expect(own).not.toBeInstanceOf(ReaError);
+      expect(own).toMatchObject({ code: '42703' });
+    } finally {
+      await bus.stop();
+    }
+    expect(await target.query(`select count(*)::int as n from ${s}.events`)).toEqual([{ n: 0 }]);
   });
 
   test('a schema a newer rea migrated: warned about, or refused by name when a newer migration is marked breaking', async () => {

@@ -8,6 +8,7 @@ import { CLAIM_LOOKAHEAD, CLAIM_WALK, CLAIM_WALK_ROUNDS, postgresStatements } fr
 import { PostgresExecutor } from '../src/drivers/postgres/executor.js';
 import { postgresAdminStatements } from '../src/drivers/postgres/sql-admin.js';
 import { postgresOperationsStatements } from '../src/drivers/postgres/sql-operations.js';
+import { webhookStatements } from '../src/drivers/postgres/sql-webhooks.js';
 import { describeTargets, testBus, type Target } from './helpers/db.js';
 
 const events = defineEvents({ 'order.placed': z.object({ n: z.number() }) });
@@ -183,5 +184,29 @@ describeTargets('plans on $name', (target) => {
       targets: [{ kind: 'webhook', target: '*', limit: 4, leaseMs: 60_000, perTarget: { limit: 4, held: [{ target: 'full', count: 4 }] } }],
     });
     expect(inHand.map((j) => j.target)).toEqual(['y1', 'y2']);
+  });
+  test('lists sort by the id column, never by the id::text they select (a sort of every row, and 10 before 9)', async () => {
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const s = `"${bus.schema}"`;
+    const sql = postgresStatements(s);
+    const admin = postgresAdminStatements(s);
+    const hooks = webhookStatements(s);
+    const event = '01900000-0000-7000-8000-000000000000';
+    const lists: [string, string, unknown[]][] = [
+      ['eventListAll', admin.eventListAll, [null, null, null, null, null, null, 50]],
+      ['eventListUnfanned (admin)', admin.eventListUnfanned, [null, null, null, null, null, null, 50]],
+      ['jobList', admin.jobList, [null, null, null, null, null, 50]],
+      ['eventListUnfanned (relay)', sql.eventListUnfanned, [200]],
+      ['eventListInCurrentTransaction', sql.eventListInCurrentTransaction, []],
+      ['jobListForEvent', sql.jobListForEvent, [event]],
+      ['endpointList', hooks.endpointList, [null, 100, null]],
+      ['attemptListForEndpoint', hooks.attemptListForEndpoint, [event, null, 50]],
+      ['attemptListForEvent', hooks.attemptListForEvent, [event, null, 50]],
+    ];
+    for (const [name, text, params] of lists) {
+      const plan = await planOf(target, text, params);
+      const sortKeys = [...plan.matchAll(/"Sort Key":\[([^\]]*)\]/g)].map((m) => m[1]);
+      expect({ name, textSort: sortKeys.filter((k) => k!.includes('::text')) }).toEqual({ name, textSort: [] });
+    }
   });
 });

@@ -307,6 +307,47 @@ describeTargets('webhooks on $name', (target) => {
     expect((await bus.events.attempts(eventId)).map((a) => a.id)).toEqual(attempts.map((a) => a.id));
   });
 
+  test('the attempt log is newest first by number across a digit boundary, and paging loses none (and an event\'s jobs are oldest first)', async () => {
+    const bus = await testBus(target, events, local);
+    const s = `"${bus.schema}"`;
+    const ep = await bus.endpoints.create({ url: 'http://127.0.0.1:9/hooks', eventTypes: ['order.created'] });
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'D' }));
+    // Twelve attempts, ids 1 … 12: sorted as text they came 9, 8, …, 2, 12, 11, 10, 1.
+    await target.query(`insert into ${s}.webhook_attempts (endpoint_id, event_id, webhook_id, attempt, at, status, duration_ms, outcome)
+      select $1::uuid, $2::uuid, 'msg_x', n, now(), 500, 1, 'failure' from generate_series(1, 12) n`, [ep.id, eventId]);
+    const newestFirst = Array.from({ length: 12 }, (_, k) => 12 - k);
+
+    expect((await bus.endpoints.attempts(ep.id)).map((a) => a.attempt)).toEqual(newestFirst);
+    expect((await bus.events.attempts(eventId)).map((a) => a.attempt)).toEqual(newestFirst);
+
+    const byEndpoint: number[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 5; page++) {
+      const got = await bus.endpoints.attemptPage(ep.id, { limit: 5, ...(cursor ? { before: cursor } : {}) });
+      byEndpoint.push(...got.items.map((a) => a.attempt));
+      if (!got.nextCursor) break;
+      cursor = got.nextCursor;
+    }
+    expect(byEndpoint).toEqual(newestFirst);
+
+    const byEvent: number[] = [];
+    let before: string | undefined;
+    for (let page = 0; page < 5; page++) {
+      const got = await bus.events.attempts(eventId, { limit: 5, ...(before ? { before } : {}) });
+      byEvent.push(...got.map((a) => a.attempt));
+      if (got.length < 5) break;
+      before = got.at(-1)!.id;
+    }
+    expect(byEvent).toEqual(newestFirst);
+
+    // jobs.forEvent had the same text sort: job 10 came before job 9.
+    await target.query(`insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms)
+      select $1::uuid, 'webhook', $2, 18, 30000 from generate_series(1, 12)`, [eventId, ep.id]);
+    const jobIds = (await bus.jobs.forEvent(eventId)).map((j) => Number(j.id));
+    expect(jobIds).toHaveLength(12);
+    expect(jobIds).toEqual([...jobIds].sort((a, b) => a - b));
+  });
+
   test('429 with Retry-After schedules the next attempt then, and says so in the job', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver((_q, res) => res.writeHead(429, { 'retry-after': '120' }).end());

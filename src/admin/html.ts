@@ -90,6 +90,19 @@ export function badge(state: string): Safe {
   return html`<span class="badge s-${state.replace(/[^a-z_]/g, '')}">${state}</span>`;
 }
 
+/**
+ * A job's latest error, for a list. A completed job's is an earlier attempt's (one a worker's stop
+ * cut short, a failure retried): shown plain and named as such, as it is no failure of the job.
+ */
+export function lastJobError(j: { state: string; errors: readonly { attempt: number; message: string }[] }): Safe | '' {
+  const last = j.errors.at(-1);
+  if (!last) return '';
+  if (j.state === 'completed') {
+    return html`<span class="earlier" title="${last.message}">attempt ${last.attempt}, before it completed: ${last.message}</span>`;
+  }
+  return html`<code class="preview" title="${last.message}">${last.message}</code>`;
+}
+
 export function time(d: Date | string | null | undefined, nowMs = Date.now()): Safe {
   if (!d) return html`<span class="muted">-</span>`;
   const date = d instanceof Date ? d : new Date(d);
@@ -182,6 +195,7 @@ tr:last-child td { border-bottom:0; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 code, pre, .mono { font-family:ui-monospace,Menlo,Consolas,monospace; font-size:.85rem; }
 .preview { max-width:28rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; display:block; color:var(--muted); }
+.earlier { max-width:28rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; display:block; color:var(--muted); font-size:.85rem; }
 pre { background:#0f1722; color:#e6edf6; padding:.8rem; border-radius:8px; overflow:auto; max-height:28rem; white-space:pre-wrap; word-break:break-word; }
 pre.err { background:var(--badbg); color:var(--bad); }
 dl { display:grid; grid-template-columns:max-content 1fr; gap:.3rem 1rem; background:var(--card); border:1px solid var(--line); border-radius:8px; padding:.75rem .9rem; margin:0; }
@@ -221,7 +235,7 @@ form.inline { display:inline; margin:0 .25rem .25rem 0; }
   .table:not(.compact) tr { background:var(--card); border:1px solid var(--line); border-radius:8px; margin-bottom:.6rem; padding:.3rem 0; }
   .table:not(.compact) td { border:0; padding:.25rem .7rem; display:grid; grid-template-columns:7.5rem 1fr; gap:.5rem; }
   .table:not(.compact) td::before { content:attr(data-label); color:var(--muted); font-size:.78rem; text-transform:uppercase; }
-  .preview { max-width:100%; white-space:normal; word-break:break-all; }
+  .preview, .earlier { max-width:100%; white-space:normal; word-break:break-all; }
   dl { grid-template-columns:1fr; }
   dt { margin-top:.4rem; }
 }

@@ -11,8 +11,7 @@ import { z } from 'zod';
 import { createBus } from '../bus.js';
 import { badValue, checkPort, checkWholeNumber } from './settings.js';
 import { defineEvents } from '../core/events.js';
-import { pino } from 'pino';
-import type { Logger } from '../core/logger.js';
+import { defaultLogger } from '../core/logger.js';
 import { verifyPayload } from '../channels/webhook/signature.js';
 import { formatOverview } from './status.js';
 import { listenError, servePanel } from './panel.js';
@@ -138,7 +137,7 @@ export async function runDemo(options: {
     const b = createBus({
       database: { pglite: dir },
       // The demo's failures are on purpose and show up in the counters; keep the log to real trouble.
-      logger: pino({ level: process.env.REA_LOG_LEVEL ?? 'error' }) as unknown as Logger,
+      logger: defaultLogger('error'),
       events: demoEvents,
       relay: { minPollMs: 2 },
       worker: { concurrency: 8 },

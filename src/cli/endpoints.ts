@@ -7,6 +7,7 @@ import { NotFoundError, OptionsError } from '../core/errors.js';
 import { flagError, UsageError } from './usage-error.js';
 import type { Endpoint, EndpointWithSecret, WebhookAttempt } from '../channels/webhook/endpoints.js';
 import type { EndpointState } from '../driver/webhooks.js';
+import { guardWrites } from './admin-bus.js';
 import { addConnectionFlags, onDatabase, resolveConnection, wholeNumber, type ConnectionFlags } from './settings.js';
 import { EXIT_FAILED } from './exit-codes.js';
 import { printable } from './printable.js';
@@ -23,7 +24,7 @@ async function withEndpointsBus<T>(flags: Flags, fn: (bus: Bus<EventSchemas>) =>
   const allowPrivateNetworks = flags.allowPrivateNetworks === true || process.env.REA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS === '1';
   // An admin bus: no event catalog (patterns are checked for shape only), never started.
   try {
-    return await onDatabase(createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } }), fn);
+    return await onDatabase(guardWrites(createBus({ database, schema, events: defineEvents({}), webhooks: { allowPrivateNetworks } })), fn);
   } catch (err) {
     throw asFlagError(err);
   }

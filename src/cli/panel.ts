@@ -90,11 +90,23 @@ export async function startPanel(flags: PanelFlags): Promise<{ url: string; clos
     const panel = await servePanel(bus, { port, host: flags.host, auth, allowedOrigins, ready: opened, processMetrics: false })
       .catch((err: unknown) => Promise.reject(listenError(err, { host: flags.host, port, flag: '--port' })));
     await opened;
+    await warnIfTooNew(bus);
     return { url: panel.url, close: async () => { await panel.close(); await bus.stop(); } };
   } catch (err) {
     await bus.stop();
     throw err;
   }
+}
+
+/**
+ * The panel's actions are refused on a schema a newer rea marked breaking (guardWrites), its pages
+ * are not: say so once at start, rather than first at a button. A database that does not answer
+ * is the pages' to say.
+ */
+async function warnIfTooNew(bus: ReturnType<typeof adminBus>): Promise<void> {
+  const status = await bus.driver.migrationStatus?.().catch(() => undefined);
+  if (!status?.breaking.length) return;
+  console.error(`rea panel: warning: schema "${bus.schema}" has migration${status.breaking.length > 1 ? 's' : ''} ${status.breaking.join(', ')} of a newer rea, which older versions must not run against (this rea knows migrations up to ${status.knownUpTo}): its pages read it, and may misread what that changed; every action is refused. Run a rea at least as new`);
 }
 
 /** A listen error on host:port as a usage error naming the port and `flag`; others as they are. */

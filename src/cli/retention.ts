@@ -11,7 +11,7 @@ import { withAdminBus } from './admin-bus.js';
 import { exitSoon, loadBus } from './run.js';
 
 export function retentionCommand(): Command {
-  const run = addConnectionFlags(new Command('run').description('run every retention rule once and report what it removed'))
+  const run = addConnectionFlags(new Command('run').description("run the retention rules once (events, events_archive, jobs by state, consumes, and with --module the tables its bus registers) and report what each removed; not the webhook attempt log, which the leader trims on its own (webhooks.attemptRetentionMs)"))
     .option('--dry-run', 'count what would be removed; delete nothing')
     .option('--module <path>', "use the bus a module exports (its database, retention settings and registered tables) instead of the flags and defaults")
     .option('--json', 'print the report as JSON')

@@ -6,7 +6,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { OptionsError } from '../core/errors.js';
 import type { Bus, DatabaseOptions } from '../bus.js';
 import type { EventSchemas } from '../core/events.js';
-import { checkConnectionString, checkSchemaName } from '../drivers/postgres/common.js';
+import { checkConnectionString, checkSchemaName, socketSettings } from '../drivers/postgres/common.js';
 import { UsageError } from './usage-error.js';
 
 export interface ConnectionFlags {
@@ -42,7 +42,10 @@ export function resolveConnection(flags: ConnectionFlags, options: { create?: bo
     throw new OptionsError(poolerField, `'transaction' is the one value (a pooler in session mode needs none), not '${pooler}'`);
   }
   if (url) {
-    checkConnectionString(url, flags.databaseUrl !== undefined ? '--database-url' : 'DATABASE_URL');
+    const field = flags.databaseUrl !== undefined ? '--database-url' : 'DATABASE_URL';
+    checkConnectionString(url, field);
+    // Its socket parameters (connect_timeout=abc) too, here: the driver names its option, database.postgres.
+    socketSettings(url, field);
     // The CLI's buses never start, so they need no LISTEN (database.listen).
     return { database: { postgres: url, poolSize: 4, ...(pooler ? { pooler, listen: false } : {}) }, schema };
   }

@@ -1,4 +1,5 @@
-// The logger seam: any pino-compatible logger. rea's default is pino at REA_LOG_LEVEL (default 'warn').
+// The logger seam: any pino-compatible logger. rea's default is pino at REA_LOG_LEVEL (default
+// 'warn'), writing to stderr.
 import { pino } from 'pino';
 import { OptionsError } from './errors.js';
 
@@ -10,13 +11,22 @@ export interface Logger {
   child(bindings: Record<string, unknown>): Logger;
 }
 
-export function defaultLogger(): Logger {
-  // Unset or empty: 'warn'. A level pino does not know (warning, verbose) made createBus throw
-  // pino's own "default level:warning must be included in custom levels", naming no variable.
-  const level = process.env.REA_LOG_LEVEL?.trim() || 'warn';
+let stderr: ReturnType<typeof pino.destination> | undefined;
+
+/**
+ * pino at REA_LOG_LEVEL (`fallback` when unset or empty), to stderr. rea is a library inside
+ * someone's program, whose stdout may be its output (`rea migrate --json`, a script's JSON):
+ * pino's default, stdout, put a warning line in front of it. Written synchronously, one shared
+ * destination, so no line is lost when the process exits right after it.
+ */
+export function defaultLogger(fallback = 'warn'): Logger {
+  // A level pino does not know (warning, verbose) made createBus throw pino's own
+  // "default level:warning must be included in custom levels", naming no variable.
+  const level = process.env.REA_LOG_LEVEL?.trim() || fallback;
   const levels = [...Object.keys(pino.levels.values), 'silent'];
   if (!levels.includes(level)) throw new OptionsError('REA_LOG_LEVEL', `'${level}' is not a log level; one of ${levels.join(', ')}`);
-  return pino({ name: 'rea', level }) as unknown as Logger;
+  stderr ??= pino.destination({ dest: 2, sync: true });
+  return pino({ name: 'rea', level }, stderr) as unknown as Logger;
 }
 
 const LOGGER_METHODS = ['debug', 'info', 'warn', 'error', 'child'] as const;

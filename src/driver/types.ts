@@ -23,6 +23,18 @@ export interface TransactionOptions {
   aborted?: () => boolean;
 }
 
+/** Where a schema stands against this rea's migrations; Driver.migrationStatus. */
+export interface MigrationStatus {
+  /** This rea's migrations not applied yet (all of them in a schema without rea's tables): what `rea migrate` would apply. */
+  pending: Array<{ version: number; name: string }>;
+  /** Migrations of a newer rea applied to the schema. */
+  newer: number[];
+  /** Those of `newer` marked breaking: this rea refuses to write to the schema. */
+  breaking: number[];
+  /** The newest migration this rea ships. */
+  knownUpTo: number;
+}
+
 export interface DriverCapabilities {
   /** The server may run autovacuum in the background (PGlite has no background workers). */
   readonly autovacuumDaemon: boolean;
@@ -343,6 +355,13 @@ export interface Driver {
    * DatabaseError('too-new') when a newer rea applied one marked breaking; `newer`: the others.
    */
   checkMigrated(): Promise<{ newer: number[] }>;
+  /**
+   * Where the schema stands, refusing nothing: this driver's migrations not applied yet, and those
+   * of a newer rea (`breaking`: the ones checkMigrated refuses). For reads that go on regardless
+   * (rea status, rea migrate --dry-run). Optional, so a Driver of one's own written before it still
+   * compiles; rea's drivers have it.
+   */
+  migrationStatus?(): Promise<MigrationStatus>;
   /** Run fn in a transaction on one of rea's own connections. */
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /**

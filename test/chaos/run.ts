@@ -129,7 +129,9 @@ function startWorker(n: number, url: string): ChildProcess {
   child.stderr!.on('data', (d: Buffer) => {
     const line = d.toString().trim();
     if (line.includes('rea: running')) ready();
-    if (line && !line.startsWith('rea: running') && !line.includes('stopping')) log(`worker ${n}: ${line.slice(0, 300)}`);
+    // rea's log lines (JSON, on stderr too, with CHAOS_WORKER_LOG) go to the file only.
+    const said = line.split('\n').filter((l) => !l.startsWith('{"level"')).join('\n').trim();
+    if (said && !said.startsWith('rea: running') && !said.includes('stopping')) log(`worker ${n}: ${said.slice(0, 300)}`);
   });
   return child;
 }

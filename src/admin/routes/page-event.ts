@@ -2,7 +2,7 @@
 import { nameAndMessage } from '../../core/errors-format.js';
 import { plural } from '../../core/format.js';
 import { loadEvent } from '../data.js';
-import { actionButton, badge, duration, html, layout, prettyJson, table, time } from '../html.js';
+import { actionButton, badge, duration, html, lastJobError, layout, prettyJson, table, time } from '../html.js';
 import { defineRoute } from '../route.js';
 
 export default defineRoute({
@@ -19,7 +19,7 @@ export default defineRoute({
     const jobRows = jobs.map((j) => [
       html`<code>${j.id}</code>`, j.kind, html`<code>${j.target}</code>`, badge(j.state), `${j.attempt}/${j.maxAttempts}`,
       time(j.finalizedAt ?? j.attemptedAt ?? j.scheduledAt),
-      j.errors.length ? html`<code class="preview" title="${j.errors.at(-1)!.message}">${j.errors.at(-1)!.message}</code>` : '',
+      lastJobError(j),
       html`${jobActions(p, j.id, j.state, here)}${j.kind === 'handler' && j.state === 'completed' ? runAgain(j.target) : ''}`,
     ]);
     const attemptRows = attempts.map((a) => [

@@ -1,6 +1,6 @@
 // GET /jobs: jobs by state and handler, the dead letters (discarded) first among the tabs, with
 // retry, cancel and discard buttons.
-import { actionButton, badge, html, layout, table, time, type PageContext, type Safe } from '../html.js';
+import { actionButton, badge, html, lastJobError, layout, table, time, type PageContext, type Safe } from '../html.js';
 import { JOB_LIST_KINDS } from '../../core/filters.js';
 import { HttpError } from '../http.js';
 import { defineRoute, parse, queryFields } from '../route.js';
@@ -62,7 +62,7 @@ ${state ? html`<input type="hidden" name="state" value="${state}">` : ''}${raw.l
       html`<code>${j.id}</code>`, html`<code>${j.target}</code>`, badge(j.state),
       j.eventType ? html`<a href="${p.base}/events/${j.eventId}"><code>${j.eventType}</code></a> ${j.eventSubject ?? ''}` : html`<span class="muted">event removed</span>`,
       `${j.attempt}/${j.maxAttempts}`, time(j.finalizedAt ?? j.attemptedAt ?? j.scheduledAt),
-      j.errors.length ? html`<code class="preview">${j.errors.at(-1)!.message}</code>` : '',
+      lastJobError(j),
       jobActions(p, j.id, j.state, here),
     ]);
     const next = page.nextCursor ? new URLSearchParams({ ...raw, cursor: page.nextCursor }) : null;

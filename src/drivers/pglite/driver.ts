@@ -1,10 +1,10 @@
 // The embedded driver: PostgreSQL compiled to WASM, in-process. It reuses the PostgreSQL SQL.
 // PGlite is one connection, so rea's transactions and the application's queue behind each other.
 import { PGlite } from '@electric-sql/pglite';
-import type { Driver, DriverCapabilities, Queryable, TransactionOptions } from '../../driver/types.js';
+import type { Driver, DriverCapabilities, MigrationStatus, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
-import { checkMigrated, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from '../postgres/common.js';
+import { checkMigrated, explainPostgresError, isTransientPostgresError, migrationStatus, quoteSchema, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
@@ -72,6 +72,10 @@ export class PGliteDriver implements Driver {
 
   checkMigrated(): Promise<{ newer: number[] }> {
     return checkMigrated(this.db as unknown as Queryable, this.schema, this.where);
+  }
+
+  migrationStatus(): Promise<MigrationStatus> {
+    return migrationStatus(this.db as unknown as Queryable, this.schema, this.where);
   }
 
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {

@@ -1,7 +1,7 @@
 // What the pg and PGlite drivers share: schema quoting and the migration runner.
 import { createHash } from 'node:crypto';
 import { DatabaseError, OptionsError, ReaError } from '../../core/errors.js';
-import type { Queryable } from '../../driver/types.js';
+import type { MigrationStatus, Queryable } from '../../driver/types.js';
 import { migrationStatements as m } from './sql.js';
 import { migrations } from './migrations/index.js';
 
@@ -138,18 +138,44 @@ export async function migrateRetryingLocks<R>(
  * Returns the migrations of a newer rea found there (see newerMigrations).
  */
 export async function checkMigrated(q: Queryable, schema: string, where: string): Promise<{ newer: number[] }> {
-  let rows: AppliedMigration[];
-  try {
-    rows = (await q.query<AppliedMigration>(m.applied(quoteSchema(schema)))).rows;
-  } catch (err) {
-    throw explainPostgresError(err, schema, where);
-  }
+  const rows = await appliedMigrations(q, schema, where);
   const done = new Set(rows.map((r) => r.version));
   const missing = migrations.filter((mig) => !done.has(mig.version)).map((mig) => mig.version);
   if (missing.length > 0) {
     throw new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks rea's migration${missing.length > 1 ? 's' : ''} ${missing.join(', ')}: run the migrations first (rea migrate, or bus.migrate())`);
   }
   return { newer: newerMigrations(rows, schema, where) };
+}
+
+async function appliedMigrations(q: Queryable, schema: string, where: string): Promise<AppliedMigration[]> {
+  try {
+    return (await q.query<AppliedMigration>(m.applied(quoteSchema(schema)))).rows;
+  } catch (err) {
+    throw explainPostgresError(err, schema, where);
+  }
+}
+
+/**
+ * The schema's migrations against this rea's, without refusing anything: for reads that go on
+ * whatever it says (rea status, rea migrate --dry-run). A database that cannot be used throws,
+ * as checkMigrated does.
+ */
+export async function migrationStatus(q: Queryable, schema: string, where: string): Promise<MigrationStatus> {
+  let rows: AppliedMigration[] = [];
+  try {
+    rows = await appliedMigrations(q, schema, where);
+  } catch (err) {
+    // No schema or no migrations table: nothing applied yet.
+    if (!(err instanceof DatabaseError && err.kind === 'not-migrated')) throw err;
+  }
+  const done = new Set(rows.map((r) => r.version));
+  const newer = rows.filter((r) => r.version > LATEST_MIGRATION);
+  return {
+    pending: migrations.filter((mig) => !done.has(mig.version)).map((mig) => ({ version: mig.version, name: mig.name })),
+    newer: newer.map((r) => r.version),
+    breaking: newer.filter((r) => r.breaking).map((r) => r.version),
+    knownUpTo: LATEST_MIGRATION,
+  };
 }
 
 /** PostgreSQL's longest channel name, in bytes (NAMEDATALEN - 1): pg_notify refuses a longer one, and LISTEN cuts it short. */
@@ -284,15 +310,35 @@ const TLS_CERT_CODES = new Set([
   'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
+/** Errors of rea's own statements run in the caller's transaction (see reaStatementFailed). */
+const reaStatementErrors = new WeakSet<object>();
+
+/**
+ * Mark `err` as the failure of one of rea's own statements (the events insert of record()), and
+ * return it. An undefined column or table there means the schema lacks a migration (a new app on
+ * an old schema: column "span_id" of relation "events" does not exist), and explainPostgresError
+ * says so; the same codes from the application's own statements in that transaction are its own.
+ */
+export function reaStatementFailed(err: unknown): unknown {
+  if (typeof err === 'object' && err !== null) reaStatementErrors.add(err);
+  return err;
+}
+
+// undefined_column, undefined_table.
+const UNDEFINED_OBJECT_CODES = new Set(['42703', '42P01']);
+
 /**
  * Name what went wrong when the database cannot be used at all: nothing answering, a refusal
- * (password, missing database), or rea's tables missing from the schema. `where` describes the
- * server without its password. Any other error comes back as it was.
+ * (password, missing database), or rea's tables missing from the schema or behind on migrations.
+ * `where` describes the server without its password. Any other error comes back as it was.
  */
 export function explainPostgresError(err: unknown, schema: string, where: string): unknown {
   if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
   const code = String((err as { code?: unknown }).code ?? '');
   const message = String((err as { message?: unknown }).message ?? '');
+  if (reaStatementErrors.has(err) && UNDEFINED_OBJECT_CODES.has(code)) {
+    return new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks migrations of this rea (its statement failed: ${message}): run the migrations first (rea migrate, or bus.migrate())`, { cause: err });
+  }
   if (code === '42P01' || code === '3F000') {
     // Only rea's own schema and tables: a missing application table (rea capture) is not this.
     const relation = MISSING_RELATION.exec(message)?.[1];

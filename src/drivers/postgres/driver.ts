@@ -3,10 +3,10 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { ABORTED_TRANSACTION, DatabaseError, TransactionError } from '../../core/errors.js';
 import { within } from '../../core/within.js';
-import type { Driver, DriverCapabilities, EventInsert, Queryable, TransactionOptions } from '../../driver/types.js';
+import type { Driver, DriverCapabilities, EventInsert, MigrationStatus, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPostgresTransaction } from '../../tx/postgres.js';
 import { isReaTransaction } from '../../tx/rea.js';
-import { checkConnectionString, checkMigrated, migrateRetryingLocks, type MigrateOptions, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
+import { checkConnectionString, checkMigrated, migrateRetryingLocks, type MigrateOptions, migrationStatus, reaStatementFailed, socketSettings, type SocketSettings, describeConnection, explainPostgresError, isTransientPostgresError, quoteSchema, runMigrations } from './common.js';
 import { eventChunks, PostgresExecutor } from './executor.js';
 import { PostgresWebhookExecutor } from './executor-webhooks.js';
 import { PostgresAdminExecutor } from './executor-admin.js';
@@ -165,6 +165,10 @@ export class PostgresDriver implements Driver {
     return checkMigrated(this.timed as Queryable, this.schema, this.where);
   }
 
+  migrationStatus(): Promise<MigrationStatus> {
+    return migrationStatus(this.timed as Queryable, this.schema, this.where);
+  }
+
   transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
     return this.transactionWithin(this.queryTimeoutMs, fn, options);
   }
@@ -212,7 +216,8 @@ export class PostgresDriver implements Driver {
       } catch (err) {
         // The COMMIT was sent: whether the server carried it out before it went silent is not known.
         if (isDeadlineError(err)) throw deadlineError(this.where, ms, err, '; whether the transaction committed is not known');
-        throw err;
+        // The events' insert, which runs first, is rea's statement (COMMIT meets no missing column).
+        throw last ? reaStatementFailed(err) : err;
       }
       if ((Array.isArray(committed) ? committed.at(-1) : committed)?.command === 'ROLLBACK') throw abortedTransaction();
       return result;

@@ -5,6 +5,7 @@ import type {
   JobFailure, JobRow, Queryable, WebhookFanOut,
 } from '../../driver/types.js';
 import { DEFAULTS } from '../../core/options.js';
+import { reaStatementFailed } from './common.js';
 import { inBatches } from './batches.js';
 import { patternToLike } from './patterns.js';
 import { CLAIM_WALK, CLAIM_WALK_ROUNDS, type PostgresStatements } from './sql.js';
@@ -51,18 +52,24 @@ export class PostgresExecutor implements Executor {
 
   constructor(private readonly pool: Queryable, private readonly sql: PostgresStatements) {}
 
+  // Its errors are marked as rea's (reaStatementFailed): it runs in the caller's transaction, beside
+  // statements of the application's whose errors are the application's.
   async eventInsertMany(q: Queryable, events: EventInsert[]): Promise<void> {
-    if (events.length === 1) {
-      const e = events[0]!;
-      await q.query(this.sql.eventInsertOne, [e.id, e.type, e.subject, e.payloadJson, e.traceId, e.createdBy, e.version, e.spanId, e.traceFlags]);
-      return;
-    }
-    for (const chunk of eventChunks(events)) {
-      await q.query(this.sql.eventInsertMany, [
-        chunk.map((e) => e.id), chunk.map((e) => e.type), chunk.map((e) => e.subject),
-        chunk.map((e) => e.payloadJson), chunk.map((e) => e.traceId), chunk.map((e) => e.createdBy),
-        chunk.map((e) => e.version), chunk.map((e) => e.spanId), chunk.map((e) => e.traceFlags),
-      ]);
+    try {
+      if (events.length === 1) {
+        const e = events[0]!;
+        await q.query(this.sql.eventInsertOne, [e.id, e.type, e.subject, e.payloadJson, e.traceId, e.createdBy, e.version, e.spanId, e.traceFlags]);
+        return;
+      }
+      for (const chunk of eventChunks(events)) {
+        await q.query(this.sql.eventInsertMany, [
+          chunk.map((e) => e.id), chunk.map((e) => e.type), chunk.map((e) => e.subject),
+          chunk.map((e) => e.payloadJson), chunk.map((e) => e.traceId), chunk.map((e) => e.createdBy),
+          chunk.map((e) => e.version), chunk.map((e) => e.spanId), chunk.map((e) => e.traceFlags),
+        ]);
+      }
+    } catch (err) {
+      throw reaStatementFailed(err);
     }
   }
 

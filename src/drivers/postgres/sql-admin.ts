@@ -18,7 +18,7 @@ const stateClauses = {
 export function postgresAdminStatements(s: string) {
   const eventList = (state: keyof typeof stateClauses) => /* sql */ `
 select ${eventColumns}
-from ${s}.events
+from ${s}.events e
 where ${stateClauses[state]}
   and ($1::uuid is null or id < $1::uuid)
   and ($2::uuid is null or id >= $2::uuid)
@@ -26,7 +26,7 @@ where ${stateClauses[state]}
   and ($4::text is null or type like $4)
   and ($5::text is null or subject = $5)
   and ($6::text is null or trace_id = $6)
-order by id desc
+order by e.id desc
 limit $7`;
 
   return {

@@ -30,11 +30,13 @@ values ($1::uuid, $2, $3, $4::text[], $5::text[],
         $7, coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now()))
 returning ${ENDPOINT_COLUMNS}`,
 
-    // Keyset pages by id: UUIDv7, so creation order, and the primary key walks it.
+    // Keyset pages by id: UUIDv7, so creation order, and the primary key walks it. Every list
+    // orders by the table's column (ep.id): a bare `order by id` names the output column, the
+    // id::text of the select list, which sorts as text and no index walks.
     endpointList: /* sql */ `
-select ${ENDPOINT_COLUMNS} from ${s}.endpoints
+select ${ENDPOINT_COLUMNS} from ${s}.endpoints ep
 where ($1::text is null or state = $1::text) and ($3::uuid is null or id > $3::uuid)
-order by id
+order by ep.id
 limit $2`,
 
     endpointGet: /* sql */ `
@@ -197,15 +199,17 @@ with attempt as (
 select (select state from health) as state_changed_to, (select count(*) from attempt)::int as written,
        (select count(*) from moved_out)::int as moved_out, (select count(*) from brought_back)::int as brought_back`,
 
+    // Newest first by the bigint column (a.id): the output column id is text, by which attempt 10
+    // sorted before attempt 9, and the keyset's `id < $2` (the column) then skipped the newest.
     attemptListForEndpoint: /* sql */ `
-select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts
+select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts a
 where endpoint_id = $1::uuid and ($2::bigint is null or id < $2::bigint)
-order by id desc limit $3`,
+order by a.id desc limit $3`,
 
     attemptListForEvent: /* sql */ `
-select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts
+select ${ATTEMPT_COLUMNS} from ${s}.webhook_attempts a
 where event_id = $1::uuid and ($2::bigint is null or id < $2::bigint)
-order by id desc limit $3`,
+order by a.id desc limit $3`,
 
     attemptDeleteOlder: /* sql */ `
 with old as (

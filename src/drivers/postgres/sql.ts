@@ -490,9 +490,9 @@ with corrected as (
 select (select count(*) from corrected)::int as corrected, (select count(*) from converted)::int as converted`,
 
     eventListUnfanned: /* sql */ `
-select id::text as id from ${s}.events
+select id::text as id from ${s}.events e
 where fanned_out_at is null and poisoned_at is null
-order by id limit $1`,
+order by e.id limit $1`,
 
     eventRecordFanFailure: /* sql */ `
 update ${s}.events
@@ -535,9 +535,9 @@ select (select coalesce(array_agg(id::text), '{}') from requeued) as ids, (selec
 with me as (select pg_current_xact_id()::text::bigint as xid)
 select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
        fanned_out_at, fan_attempts, poisoned_at, last_error, delivered_inline
-from ${s}.events, me, lateral (select (xmin::text::bigint - me.xid % 4294967296 + 4294967296) % 4294967296 as newer_by) d
+from ${s}.events e, me, lateral (select (xmin::text::bigint - me.xid % 4294967296 + 4294967296) % 4294967296 as newer_by) d
 where case when d.newer_by < 2147483648 then pg_xact_status((me.xid + d.newer_by)::text::xid8) = 'in progress' else false end
-order by id`,
+order by e.id`,
 
     eventGet: /* sql */ `
 select id::text as id, type, subject, payload, trace_id, created_by, version, created_at,
@@ -638,10 +638,11 @@ from stuck
 where j.id = stuck.id
 returning j.state`,
 
+    // j.id, the bigint: a bare `order by id` is the text output column, which put job 10 before 9.
     jobListForEvent: /* sql */ `
 select id::text as id, event_id::text as event_id, kind, target, state, attempt, max_attempts, priority,
        coalesced, scheduled_at, attempted_at, finalized_at, lease_expires_at, created_at, errors
-from ${s}.jobs where event_id = $1::uuid order by id`,
+from ${s}.jobs j where event_id = $1::uuid order by j.id`,
 
     consumeInsert: /* sql */ `
 insert into ${s}.consumes (event_id, handler) values ($1::uuid, $2)
