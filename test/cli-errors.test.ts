@@ -595,6 +595,9 @@ describe('a database that cannot be used', () => {
       expect(human.text.split('\n')[1]).toBe(`migrations 1 pending (${pending}): run rea migrate; until then a rea of this version fails to start, and its record() fails`);
       const json = JSON.parse((await rea('status', '--json', ...db)).text);
       expect(json.migrations).toEqual({ pending: [{ version: latest!.version, name: latest!.name }], newer: [], breaking: [], knownUpTo: LATEST_MIGRATION });
+      // A probe on --check passed while every record() of this rea failed: no alert held.
+      expect(json.alerts).toEqual([]);
+      expect((await rea('status', '--check', ...db)).code).toBe(1);
 
       expect(await rea('migrate', '--dry-run', ...db)).toEqual({ code: 0, text: `would apply migrations ${latest!.version} (${latest!.name})` });
       expect(JSON.parse((await rea('migrate', '--dry-run', '--json', ...db)).text)).toEqual({ pending: [{ version: latest!.version, name: latest!.name }], newer: [], breaking: [] });
@@ -604,6 +607,7 @@ describe('a database that cannot be used', () => {
         alter table ${schema}.events_archive add column span_id text, add column trace_flags smallint;
         insert into ${schema}.migrations (version, name) values (${latest!.version}, '${latest!.name}')`);
       expect((await rea('status', ...db)).text).not.toMatch(/^migrations /m);
+      expect((await rea('status', '--check', ...db)).code).toBe(0);
       expect(JSON.parse((await rea('status', '--json', ...db)).text).migrations.pending).toEqual([]);
       expect(await rea('migrate', '--dry-run', ...db)).toEqual({ code: 0, text: 'already up to date' });
     } finally {

@@ -1,5 +1,6 @@
 // rea status: the overview for people (alerts first, then backlog, jobs and table sizes), or
-// --json for scripts; --check exits 1 while any alert holds, for cron jobs and probes.
+// --json for scripts; --check exits 1 while any alert holds (or the schema is not one this rea can
+// run on), for cron jobs and probes.
 import { Command } from 'commander';
 import { formatMs } from '../admin/alerts.js';
 import type { Overview } from '../bus.js';
@@ -12,14 +13,16 @@ import { withAdminBus } from './admin-bus.js';
 export function statusCommand(): Command {
   return addConnectionFlags(new Command('status').description('show alerts, the backlog, poisoned events, jobs by state and table sizes'))
     .option('--json', 'print the overview as JSON')
-    .option('--check', 'exit with status 1 when any alert holds')
+    .option('--check', "exit with status 1 when any alert holds, or the schema's migrations are behind this rea or a newer rea's breaking ones")
     .action(async (flags: ConnectionFlags & { json?: boolean; check?: boolean }) => {
       const { overview, migrations } = await withAdminBus(flags, async (bus) => ({
         overview: await bus.overview(),
         migrations: await bus.driver.migrationStatus!(),
       }));
       console.log(flags.json ? JSON.stringify({ ...overview, migrations }) : formatOverview(overview, migrations));
-      if (flags.check && overview.alerts.length > 0) process.exitCode = EXIT_FAILED;
+      // A schema behind this rea (its record() fails, its workers do not start) or marked breaking by
+      // a newer one (this rea must not write) fails the check as an alert does: a probe passed on it.
+      if (flags.check && (overview.alerts.length > 0 || migrations.pending.length > 0 || migrations.breaking.length > 0)) process.exitCode = EXIT_FAILED;
     });
 }
 
