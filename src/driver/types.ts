@@ -320,8 +320,12 @@ export interface Executor {
    * `completed` false when the job is no longer running at that attempt (it was rescued).
    */
   jobCompleteConsumed(q: Queryable, params: { id: string; attempt: number; eventId: string; handler: string; now: Date | null }): Promise<{ consumed: boolean; completed: boolean }>;
-  /** Insert the consume record; false when it already existed (the effect already committed). */
-  consumeInsert(q: Queryable, params: { eventId: string; handler: string }): Promise<boolean>;
+  /**
+   * Insert the consume record; false when it already existed (the effect already committed).
+   * `bounds`, first in the handler's transaction on a server: end the transaction on the server once
+   * idle for `idleMs` (a worker gone silent), and any lock wait in it after `lockMs`.
+   */
+  consumeInsert(q: Queryable, params: { eventId: string; handler: string; bounds?: { idleMs: number; lockMs: number } }): Promise<boolean>;
 
   /** Take or renew the leader lease; true when `leaderId` holds it afterwards. */
   leaderAttemptElect(params: { leaderId: string; ttlMs: number; now: Date | null }): Promise<boolean>;

@@ -70,12 +70,18 @@ export interface StallingProxy {
    * through: a failover, or a NAT entry dropped mid-stall, with TCP not yet given up.
    */
   recoverForNewConnectionsOnly(): void;
+  /**
+   * Stall, and from now on a side that closes is not told to the other: a host that froze or lost
+   * its network, whose server connections stay open (the server hears neither data nor a close).
+   */
+  partition(): void;
 }
 
 /** A TCP proxy in front of PostgreSQL that can stop forwarding; closed when the test ends. */
 export async function stallingProxy(): Promise<StallingProxy> {
   const upstream = new URL(PG_URL);
   let stalled = false;
+  let partitioned = false;
   /** What the connections caught by the stall send, waiting to go on. */
   const held: { to: Socket; data: Buffer }[] = [];
   const caught = new Set<Socket>();
@@ -88,8 +94,8 @@ export async function stallingProxy(): Promise<StallingProxy> {
       sockets.add(s);
       s.on('error', () => {});
       s.on('close', () => {
-        for (const t of pair) t.destroy();
         sockets.delete(s);
+        if (!partitioned) for (const t of pair) t.destroy();
       });
     }
     const forward = (from: Socket, to: Socket) => from.on('data', (data: Buffer) => {
@@ -121,6 +127,11 @@ export async function stallingProxy(): Promise<StallingProxy> {
       stalled = false;
       for (const { to, data } of held.splice(0)) to.write(data);
       caught.clear();
+    },
+    partition: () => {
+      stalled = true;
+      partitioned = true;
+      for (const s of sockets) caught.add(s);
     },
     recoverForNewConnectionsOnly: () => {
       stalled = false;

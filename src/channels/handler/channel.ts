@@ -61,7 +61,8 @@ export class HandlerChannel implements JobChannel {
   }
 
   run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
-    return runHandler(this.driver, this.handler(job), job, abort, log, this.clock, this.onRecorded);
+    const h = this.handler(job);
+    return runHandler(this.driver, h, job, abort, log, this.clock, h.timeoutMs + this.leaseMarginMs, this.onRecorded);
   }
 
   private handler(job: ClaimedJob): RegisteredHandler {

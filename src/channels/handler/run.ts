@@ -53,6 +53,8 @@ export async function runHandler(
   abort: JobAbort,
   log: LazyLogger,
   clock: Clock,
+  /** The job's lease (its timeout and the margin): its transaction may idle on the server no longer. */
+  leaseMs: number,
   onRecorded: (events: number) => void = () => {},
 ): Promise<HandlerOutcome> {
   if (!handler.transactional) {
@@ -64,7 +66,12 @@ export async function runHandler(
   // Events recorded through ctx.tx: once they commit, the relay is told, as for bus.transaction.
   const state: TransactionState = { open: true };
   const outcome = await driver.transaction(async (q, raw) => {
-    const fresh = await driver.executor.consumeInsert(q, { eventId: job.event.id, handler: handler.name });
+    // On a server (not PGlite, one connection and no other worker), the transaction is bounded
+    // there too: a worker that froze or lost its network left its backend idle in transaction,
+    // holding the consume row's lock until TCP gave up (hours), and every later attempt of the job
+    // waited on it until its timeout and failed, to the last attempt: discarded, never run.
+    const bounds = driver.capabilities.concurrentTransactions ? { idleMs: leaseMs, lockMs: handler.timeoutMs } : undefined;
+    const fresh = await driver.executor.consumeInsert(q, { eventId: job.event.id, handler: handler.name, bounds });
     if (fresh) {
       // The job may have been aborted (its timeout, a stop) while this waited for a connection:
       // the handler must not start then, or its effects outside the database would come on an

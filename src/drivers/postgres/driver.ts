@@ -251,8 +251,18 @@ export class PostgresDriver implements Driver {
     }
   }
 
-  /** A statement on `client` got no answer within its deadline: close it, and the pool's idle connections with it. */
+  /**
+   * A statement on `client` got no answer within its deadline: close it, and the pool's idle
+   * connections with it. The statement is cancelled too, when the server can be reached: a backend
+   * waiting on a lock does not notice its client has gone until it next writes to it, so it held its
+   * transaction and locks for as long as the lock's holder (16 such were seen queued behind a frozen
+   * worker's transaction). Not behind a pooler: PgBouncer 1.18 died when a cancel and the client's
+   * close reached it together (see cancelStatement).
+   */
   private dropAfterDeadline(client: pg.ClientBase): void {
+    const key = this.options.pooler === undefined ? cancelKeyOf(client) : null;
+    // A server that does not answer (the usual reason for a deadline) does not answer this either.
+    if (key) void sendCancelRequest(key, CANCEL_WAIT_MS).catch(() => {});
     dropConnection(client);
     for (const c of this.idle) dropConnection(c);
     this.idle.clear();

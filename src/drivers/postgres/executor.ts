@@ -242,8 +242,10 @@ export class PostgresExecutor implements Executor {
     return { consumed: rows[0]?.consumed === true, completed: Number(rows[0]?.completed ?? 0) === 1 };
   }
 
-  async consumeInsert(q: Queryable, p: { eventId: string; handler: string }): Promise<boolean> {
-    const { rows } = await q.query(this.sql.consumeInsert, [p.eventId, p.handler]);
+  async consumeInsert(q: Queryable, p: { eventId: string; handler: string; bounds?: { idleMs: number; lockMs: number } }): Promise<boolean> {
+    const { rows } = p.bounds
+      ? await q.query(this.sql.consumeInsertBounded, [p.eventId, p.handler, serverMs(p.bounds.idleMs), serverMs(p.bounds.lockMs)])
+      : await q.query(this.sql.consumeInsert, [p.eventId, p.handler]);
     return rows.length === 1;
   }
 
@@ -359,4 +361,9 @@ export function jobClaimParams(p: {
 export interface WalkPosition {
   target: string;
   priority: number;
+}
+
+/** A duration for a server setting in ms: whole, and within its int range (a longer one is 'no limit' in effect). */
+function serverMs(ms: number): number {
+  return Math.min(2_147_483_647, Math.max(1, Math.ceil(ms)));
 }

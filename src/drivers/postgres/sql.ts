@@ -649,6 +649,21 @@ insert into ${s}.consumes (event_id, handler) values ($1::uuid, $2)
 on conflict do nothing
 returning 1`,
 
+    // The same, first in a transactional handler's transaction on PostgreSQL, bounding it on the
+    // server: $3 idle_in_transaction_session_timeout, so the transaction of a worker that froze or
+    // lost its network (its backend idle in transaction, holding this row's lock) ends within the
+    // job's lease instead of when TCP gives up, hours later, while every new attempt of the job
+    // waits on that lock; $4 lock_timeout, so a wait on the lock of another attempt of this job
+    // (or any lock the handler's statements meet) ends at the handler's timeout, which the
+    // worker's own timer cannot cut short while a statement runs. Both are local to the transaction.
+    consumeInsertBounded: /* sql */ `
+insert into ${s}.consumes (event_id, handler)
+select $1::uuid, $2
+from (select set_config('idle_in_transaction_session_timeout', $3::text, true),
+             set_config('lock_timeout', $4::text, true)) as bounds
+on conflict do nothing
+returning 1`,
+
     leaderAttemptElect: /* sql */ `
 insert into ${s}.leader as l (name, leader_id, elected_at, expires_at)
 values ('default', $1, coalesce($3::timestamptz, now()), coalesce($3::timestamptz, now()) + $2 * interval '1 millisecond')
