@@ -183,6 +183,42 @@ describeTargets('webhooks on $name', (target) => {
     expect(new Set(down.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
   });
 
+  test("the success that ends a failing spell brings back only the deliveries the failing delay held, never one waiting for its Retry-After (injected clock)", async () => {
+    // Before, it brought back every delivery of the endpoint due within failingDelayMs: A's retry,
+    // which its receiver had asked to come in 120 s, went out at the next success of another one.
+    const clock = new ManualClock(Date.UTC(2025, 6, 1, 9));
+    const t0 = clock.now().getTime();
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await receiver((_q, res, n) => {
+      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'A') res.writeHead(429, { 'retry-after': '120' }).end();
+      else res.end('ok');
+    });
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const a = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A' }));
+    expect((await failed).retryAt!.getTime()).toBe(t0 + 120_000);
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('failing');
+
+    // B and C are made while the endpoint fails: the failing delay holds them 5 minutes out.
+    const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
+    const [b, c] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'B' }), await bus.record(tx, 'order.created', { orderNo: 'C' }),
+    ]);
+    await fanned;
+    for (const id of [b, c]) expect((await bus.jobs.forEvent(id))[0]!.scheduledAt.getTime()).toBe(t0 + 5 * 60_000);
+
+    // B comes due (as by hand) and succeeds: the endpoint is enabled, C comes back now, A stays.
+    const enabled = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'enabled');
+    await target.query(`update "${bus.schema}".jobs set scheduled_at = $2 where event_id = $1`, [b, clock.now()]);
+    await enabled;
+    expect(JSON.parse((await r.nth(3)).body).data.orderNo).toBe('C');
+    const [jobA] = await bus.jobs.forEvent(a);
+    expect(jobA).toMatchObject({ state: 'retryable', attempt: 1 });
+    expect(jobA!.scheduledAt.getTime()).toBe(t0 + 120_000);
+    expect(r.received.map((x) => JSON.parse(x.body).data.orderNo)).toEqual(['A', 'B', 'C']);
+  });
+
   test('an endpoint that answers slowly holds at most concurrencyPerEndpoint slots; the others are delivered meanwhile', async () => {
     // Before, a claim took deliveries in due order across endpoints: the slow endpoint's backlog,
     // due first, took every webhook slot (and prefetch filled the buffer with more of it), so the

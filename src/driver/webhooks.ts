@@ -92,7 +92,7 @@ export interface WebhookExecutor {
   /**
    * The attempt row and the endpoint's health in one statement. A failure also moves the
    * endpoint's other due deliveries `failingDelayMs` out, and a success that makes it enabled again
-   * brings them back to now.
+   * brings back to now those the failing delay still holds (not those waiting for their own retry).
    */
   attemptRecord(p: { attempt: AttemptInsert; health: HealthEffect; failingDelayMs: number; now: Date | null }): Promise<{ stateChangedTo: EndpointState | null }>;
   /** Newest first. */

@@ -142,9 +142,15 @@ returning e.id::text as id`,
     // ($14) out, as its new ones are while it fails: claims go in order of due time across
     // endpoints, so the backlog of one that hangs held every webhook slot (each for the whole HTTP
     // timeout) and the other endpoints' deliveries waited behind it. Each later failure moves what
-    // has come due since, so a failing endpoint gets a probe's worth of slots, not its backlog's. A
-    // success that makes it enabled again brings what was moved back to now. Up to
-    // ENDPOINT_MOVE_BATCH rows each way per attempt, through jobs_claim_idx.
+    // has come due since, so a failing endpoint gets a probe's worth of slots, not its backlog's.
+    // A moved delivery keeps the time it was moved to in held_until (so does one fanned out while
+    // the endpoint fails), and a success that makes the endpoint enabled again brings back to now
+    // only those whose scheduled_at is still that: a delivery waiting for its own backoff or
+    // Retry-After keeps its time. Before, every delivery due within failingDelayMs was brought
+    // back, and a receiver that asked for 120 s got the retry at the next success of another
+    // delivery. A held delivery was due when it was moved (or made), so now is never earlier than
+    // its own schedule; once it is claimed, any retry is scheduled after held_until, never on it.
+    // Up to ENDPOINT_MOVE_BATCH rows each way per attempt, through jobs_claim_idx.
     attemptRecord: /* sql */ `
 with attempt as (
   insert into ${s}.webhook_attempts
@@ -169,7 +175,8 @@ with attempt as (
   returning e.state
 ), moved_out as (
   update ${s}.jobs j
-  set scheduled_at = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
+  set scheduled_at = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond',
+      held_until = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
   from (
     select id from ${s}.jobs
     where $11::text = 'failure' and $14::double precision > 0
@@ -183,12 +190,13 @@ with attempt as (
   returning 1
 ), brought_back as (
   update ${s}.jobs j
-  set scheduled_at = coalesce($12::timestamptz, now())
+  set scheduled_at = coalesce($12::timestamptz, now()), held_until = null
   from (
     select id from ${s}.jobs
     where $11::text = 'success' and kind = 'webhook' and target = $2::uuid::text and state in ('available', 'retryable')
       and scheduled_at > coalesce($12::timestamptz, now())
       and scheduled_at <= coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
+      and scheduled_at = held_until
     order by priority, scheduled_at, id
     limit ${ENDPOINT_MOVE_BATCH}
     for update skip locked

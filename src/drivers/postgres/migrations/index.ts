@@ -262,4 +262,17 @@ alter table {schema}.events add column span_id text, add column trace_flags smal
 alter table {schema}.events_archive add column span_id text, add column trace_flags smallint;
 `,
   },
+  {
+    version: 10,
+    name: 'delivery_held_until',
+    // The scheduled_at a failing endpoint's delay gave a webhook delivery (one moved out by a
+    // failed attempt, or made while the endpoint was failing). The success that makes the endpoint
+    // enabled again brings back only the deliveries whose schedule is still that one: before, it
+    // brought back every delivery due within failingDelayMs, those waiting for their own backoff or
+    // Retry-After too, which were then sent at once. Not breaking: an older rea never sets it, and
+    // a schedule it writes no longer equals it.
+    sql: /* sql */ `
+alter table {schema}.jobs add column held_until timestamptz;
+`,
+  },
 ];
