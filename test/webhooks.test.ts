@@ -598,6 +598,60 @@ describeTargets('webhooks on $name', (target) => {
     expect(wait).toBeLessThan(5 * 60_000 + 5000);
   });
 
+  test('one message the receiver refuses leaves its endpoint enabled while others succeed; failing once no success in failingDelayMs (injected clock)', async () => {
+    // Before, every failure of X (400 to it, 200 to all others) turned the endpoint failing and
+    // held every other delivery 5 minutes out, again at each of X's retries.
+    const clock = new ManualClock(Date.UTC(2025, 6, 2, 9));
+    const t0 = clock.now().getTime();
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await receiver((_q, res, n) => {
+      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(400).end('bad');
+      else res.end('ok');
+    });
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const states: string[] = [];
+    bus.lifecycle.on('endpoint:state', (e) => states.push(e.state));
+    await bus.start();
+    const send = async (orderNo: string) => {
+      const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
+      const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+      await Promise.race([done, failed]);
+      return id;
+    };
+    await send('G1');
+    const x = await send('X');
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
+    const g2 = await send('G2');
+    expect((await bus.jobs.forEvent(g2))[0]).toMatchObject({ state: 'completed' });
+    expect((await bus.jobs.forEvent(g2))[0]!.scheduledAt.getTime()).toBe(t0); // not held 5 minutes out
+    expect(states).toEqual([]);
+
+    // No success for longer than failingDelayMs: X's next failure turns the endpoint failing.
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    const retried = bus.lifecycle.waitFor('job:failed', (e) => e.eventId === x);
+    clock.advance(6 * 60_000);
+    expect((await failing).endpointId).toBe(ep.id);
+    expect((await retried).attempt).toBe(2);
+    expect((await bus.endpoints.get(ep.id))!.failingSince!.getTime()).toBe(t0 + 6 * 60_000);
+  });
+
+  test('a failure without an answer turns an endpoint failing at once, even right after a success', async () => {
+    // A timeout or a dropped connection costs a slot per delivery: the failing delay must start at once.
+    const r = await receiver((_q, res, n) => (n === 1 ? res.end('ok') : res.socket!.destroy()));
+    const bus = await testBus(target, events, local);
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'G' }));
+    await done;
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'D' }));
+    expect((await failing).endpointId).toBe(ep.id);
+    const [last] = await bus.endpoints.attempts(ep.id);
+    expect(last).toMatchObject({ outcome: 'failure', status: null });
+  });
+
   test('an endpoint failing for 5 days is disabled by the health pass, with its reason (injected clock)', async () => {
     const clock = new ManualClock(Date.UTC(2025, 2, 1, 12));
     const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, healthIntervalMs: 1000 } });

@@ -56,7 +56,8 @@ export interface AttemptRow extends Omit<AttemptInsert, 'jobId'> {
 }
 
 /**
- * How an attempt moves its endpoint: 'success' clears failing, 'failure' starts or continues it,
+ * How an attempt moves its endpoint: 'success' clears failing, 'failure' starts or continues it
+ * (one the receiver answered, only when no success came within failingDelayMs),
  * 'gone' disables it with `reason`, 'none' leaves it (a test delivery).
  */
 export type HealthEffect = { effect: 'success' } | { effect: 'failure' } | { effect: 'gone'; reason: string } | { effect: 'none' };

@@ -275,4 +275,16 @@ alter table {schema}.events_archive add column span_id text, add column trace_fl
 alter table {schema}.jobs add column held_until timestamptz;
 `,
   },
+  {
+    version: 11,
+    name: 'endpoint_last_success',
+    // When a delivery to the endpoint last succeeded, noted at most once every tenth of
+    // failingDelayMs (a HOT update: no index covers it), so a healthy endpoint is not written at
+    // every delivery. A failed attempt the receiver answered turns the endpoint failing only when
+    // this is older than failingDelayMs (see attemptRecord). Not breaking: an older rea never notes
+    // it, and a newer one then turns the endpoint failing at any failure, as the older one does.
+    sql: /* sql */ `
+alter table {schema}.endpoints add column last_success_at timestamptz;
+`,
+  },
 ];
