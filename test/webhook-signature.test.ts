@@ -123,6 +123,24 @@ describe('webhook signatures', () => {
     ).toBe(true);
   });
 
+  it('verifyPayload takes a secret with or without whsec_, as standardwebhooks does; one that is neither matches nothing', () => {
+    // Before, the bare base64 (what some receivers keep in their settings) verified nothing.
+    const secret = generateSecret();
+    const bare = secret.slice('whsec_'.length);
+    const body = '{"x":3}';
+    const headers = signPayload({ msgId: 'dlv_5', timestamp: now(), body, secrets: [secret] });
+    expect(() => new Webhook(bare).verify(body, headers)).not.toThrow();
+    expect(verifyPayload({ headers: { ...headers }, body, secrets: [bare] })).toBe(true);
+    expect(verifyPayload({ headers: { ...headers }, body, secrets: [secret] })).toBe(true);
+    const vector = { 'webhook-id': VECTOR.msgId, 'webhook-timestamp': String(VECTOR.timestamp), 'webhook-signature': VECTOR.signature };
+    expect(verifyPayload({ headers: vector, body: VECTOR.body, secrets: [VECTOR.secret.slice(6)], now: VECTOR.timestamp })).toBe(true);
+    for (const neither of ['whsec_' + bare.slice(0, 20) + '!!', bare + '*', 'whsec_', '', 'c2hvcnQ=']) {
+      expect(verifyPayload({ headers: { ...headers }, body, secrets: [neither] })).toBe(false);
+    }
+    // Creating or signing still wants the whsec_ form.
+    expect(() => parseSecret(bare)).toThrow(WebhookSecretError);
+  });
+
   it('verifyPayload never throws: a parsed body, missing headers or secrets are false; the raw bytes verify', () => {
     const secret = generateSecret();
     const body = '{"x":"é"}';
