@@ -43,7 +43,7 @@ describeTargets('webhooks on $name', (target) => {
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], description: 'orders' });
     await bus.endpoints.create({ url: other.url, eventTypes: ['user.signed_up'] });
     expect(ep.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
-    expect(ep.secretHint).toBe(ep.secret.slice(-4));
+    expect(ep.secretHint).toBe(ep.secret.slice(-5, -1)); // the 4 before the padding '='
     expect(ep).toMatchObject({ state: 'enabled', eventTypes: ['order.*'], failingSince: null, description: 'orders' });
     await bus.start();
     const completed = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
@@ -73,6 +73,19 @@ describeTargets('webhooks on $name', (target) => {
     expect(Object.keys(fetched!)).not.toContain('secret');
   });
 
+  test("migration 12 gives an endpoint made before it the hint of the 4 characters before the secret's padding", async () => {
+    const bus = await testBus(target, events, local);
+    const ep = await bus.endpoints.create({ url: 'https://hooks.example.com/a', eventTypes: ['order.*'] });
+    const given = await bus.endpoints.create({ url: 'https://hooks.example.com/b', eventTypes: ['order.*'], secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
+    // As an older rea stored them: the last 4 characters, '=' and all.
+    await target.query(`update "${bus.schema}".endpoints set secret_hint = right(secrets -> 0 ->> 'secret', 4)`);
+    await target.query(`delete from "${bus.schema}".migrations where version = 12`);
+    expect((await bus.endpoints.get(ep.id))!.secretHint).toBe(ep.secret.slice(-4));
+    await bus.migrate();
+    expect((await bus.endpoints.get(ep.id))!.secretHint).toBe(ep.secret.slice(-5, -1));
+    expect((await bus.endpoints.get(given.id))!.secretHint).toBe('LaSw');
+  });
+
   test('every event is its own delivery: no coalescing, one job per (event, endpoint)', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver();
@@ -88,7 +101,7 @@ describeTargets('webhooks on $name', (target) => {
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
     const rotated = await bus.endpoints.rotateSecret(ep.id);
     expect(rotated.secret).not.toBe(ep.secret);
-    expect(rotated.secretHint).toBe(rotated.secret.slice(-4));
+    expect(rotated.secretHint).toBe(rotated.secret.slice(-5, -1));
     await bus.start();
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'R' }));
     const first = await r.nth(1);

@@ -15,7 +15,7 @@ export interface EndpointRow {
   failingSince: Date | null;
   disabledAt: Date | null;
   disabledReason: string | null;
-  /** The last 4 characters of the newest secret. */
+  /** The last 4 characters of the newest secret before its base64 padding. */
   secretHint: string;
   createdAt: Date;
   updatedAt: Date;

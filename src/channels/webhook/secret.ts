@@ -37,7 +37,11 @@ export function parseSecret(secret: string, options: { bare?: boolean } = {}): B
   return key;
 }
 
-/** The last 4 characters, for showing which secret is which; '' when the input is too short to hint safely. */
+/**
+ * The last 4 characters before the base64 padding, for showing which secret is which; '' when the
+ * input is too short to hint safely. The last 4 of a generated secret (32 bytes: 43 characters and
+ * one '=') always ended in '=', so they told only 3 characters apart.
+ */
 export function secretHint(secret: string): string {
-  return typeof secret === 'string' && secret.length >= 16 ? secret.slice(-4) : '';
+  return typeof secret === 'string' && secret.length >= 16 ? secret.replace(/=+$/, '').slice(-4) : '';
 }

@@ -287,4 +287,16 @@ alter table {schema}.jobs add column held_until timestamptz;
 alter table {schema}.endpoints add column last_success_at timestamptz;
 `,
   },
+  {
+    version: 12,
+    name: 'secret_hint_before_padding',
+    // An endpoint's secret hint is the newest secret's last 4 characters before the base64
+    // padding: the last 4 of a generated secret always ended in '=' (3 characters told apart).
+    // Only hints ending in '=' change; a secret without padding keeps its hint.
+    sql: /* sql */ `
+update {schema}.endpoints
+set secret_hint = right(rtrim(secrets -> 0 ->> 'secret', '='), 4)
+where secret_hint like '%=' and length(secrets -> 0 ->> 'secret') >= 16;
+`,
+  },
 ];
