@@ -1022,6 +1022,16 @@ describeTargets('webhooks on $name', (target) => {
     expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
     expect((await bus.endpoints.attempts(ep.id)).map((a) => [a.deliveryId, a.outcome])).toEqual([[null, 'failure']]);
   });
+
+  test('endpoints.test sends to a disabled endpoint too (its owner tries the fixed receiver before enable); a 2xx leaves it disabled', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.endpoints.disable(ep.id, { reason: 'receiver answered 410' });
+    expect(await bus.endpoints.test(ep.id)).toMatchObject({ outcome: 'success', status: 200 });
+    expect(r.received).toHaveLength(1);
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ state: 'disabled', disabledReason: 'receiver answered 410' });
+  });
 });
 
 describe('webhook options', () => {
