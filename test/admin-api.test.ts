@@ -824,7 +824,7 @@ describeTargets('admin API on $name', (target) => {
       expect(r.text).not.toContain(secret);
       expect(r.text).not.toContain('whsec_');
     }
-    expect((await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json.endpoints[0]).toMatchObject({ id, state: 'enabled', secretHint: secret.slice(-4) });
+    expect((await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json.endpoints[0]).toMatchObject({ id, state: 'enabled', secretHint: secret.slice(-5, -1) });
 
     const dis = await call(s.url, 'POST', `/api/endpoints/${id}/disable`, { body: { reason: 'receiver moved' }, headers: bearer() });
     expect(dis.json.endpoint).toMatchObject({ state: 'disabled', disabledReason: 'receiver moved' });
@@ -867,7 +867,7 @@ describeTargets('admin API on $name', (target) => {
     const rot = await call(s.url, 'POST', `/api/endpoints/${id}/rotate`, { headers: bearer() });
     expect(rot.json.secret).toMatch(/^whsec_/);
     expect(rot.json.secret).not.toBe(secret);
-    expect(rot.json.endpoint.secretHint).toBe(rot.json.secret.slice(-4));
+    expect(rot.json.endpoint.secretHint).toBe(rot.json.secret.slice(-5, -1));
 
     const test = await call(s.url, 'POST', `/api/endpoints/${id}/test`, { headers: bearer() });
     expect(test.status).toBe(200);
@@ -979,10 +979,10 @@ describeTargets('admin API on $name', (target) => {
     expect(after.secret).not.toBe(row.secret);
     expect(rotated.text).toContain(`<code>${after.secret}</code>`);
     expect(rotated.text).not.toContain(row.secret);
-    // Everywhere else the panel shows the last four characters only.
+    // Everywhere else the panel shows the last four characters before the padding only.
     const page = await call(s.url, 'GET', `/endpoints/${row.id}`, { headers: { cookie } });
     expect(page.text).not.toContain(after.secret);
-    expect(page.text).toContain(`…${after.secret.slice(-4)}`);
+    expect(page.text).toContain(`…${after.secret.slice(-5, -1)}`);
   });
 
   test('healthz: public; 200 with a live leader, 503 without; metrics: Prometheus text with the figures', async () => {

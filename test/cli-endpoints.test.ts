@@ -32,13 +32,13 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     const secret = /secret: (whsec_\S+)/.exec(added.out)![1]!;
     const id = added.out.split(/\s+/)[0]!;
     expect(added.out).toContain(`${id}  enabled  ${r.url}`);
-    expect(added.out).toContain(`events order.*, order.created · secret …${secret.slice(-4)} · warehouse`);
+    expect(added.out).toContain(`events order.*, order.created · secret …${secret.slice(-5, -1)} · warehouse`);
     expect(added.out).toContain('(shown once: store it now');
 
     const listed = await rea('endpoints', 'list', ...db);
-    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-4)} · warehouse`);
+    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-5, -1)} · warehouse`);
     const json = await rea('endpoints', 'list', '--json', ...db);
-    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-4) }], nextCursor: null });
+    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-5, -1) }], nextCursor: null });
     expect(json.out + listed.out).not.toContain(secret.slice(6));
 
     const off = await rea('endpoints', 'disable', id, '--reason', 'receiver migration', ...db);
@@ -50,7 +50,7 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     const after = JSON.parse(rotated.out) as { secret: string; secretHint: string };
     expect(after.secret).toMatch(/^whsec_/);
     expect(after.secret).not.toBe(secret);
-    expect(after.secretHint).toBe(after.secret.slice(-4));
+    expect(after.secretHint).toBe(after.secret.slice(-5, -1));
 
     const tested = await rea('endpoints', 'test', id, '--allow-private-networks', ...db);
     expect(tested.code).toBe(0);
@@ -225,6 +225,6 @@ describe('endpoints CLI on a PGlite data directory', () => {
     const created = JSON.parse(added.out) as { id: string; secret: string };
     expect(created.secret).toMatch(/^whsec_/);
     const listed = await rea('endpoints', 'list', '--pglite', dir);
-    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-4)}`);
+    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-5, -1)}`);
   });
 });

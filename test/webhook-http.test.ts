@@ -1,7 +1,7 @@
 import { describe, it, expect, afterEach } from 'vitest';
 import { createServer, type IncomingMessage, type ServerResponse, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { deliver, WEBHOOK_MAX_RESPONSE_BYTES, type Resolver } from '../src/channels/webhook/http.js';
+import { deliver, WEBHOOK_BODY_READ_MS, WEBHOOK_MAX_RESPONSE_BYTES, type Resolver } from '../src/channels/webhook/http.js';
 import { generateSecret } from '../src/channels/webhook/secret.js';
 import { signPayload } from '../src/channels/webhook/signature.js';
 import { Webhook } from 'standardwebhooks';
@@ -140,6 +140,24 @@ describe('webhook delivery over real HTTP', () => {
     expect(r.durationMs).toBeGreaterThanOrEqual(290);
     expect(r.durationMs).toBeLessThan(3000);
     expect(s.seen).toHaveLength(1);
+  });
+
+  it('a body that trickles after the status is read for WEBHOOK_BODY_READ_MS, not until timeoutMs: what arrived is the excerpt', async () => {
+    // Before, a 200 followed by a byte every 100 ms held the attempt (and its slot) for the whole timeoutMs.
+    const trickle = (status: number) => (_q: IncomingMessage, res: ServerResponse) => {
+      res.writeHead(status, { 'content-type': 'text/plain' });
+      const every = setInterval(() => res.write('x'), 100);
+      res.on('close', () => clearInterval(every));
+    };
+    for (const [status, outcome] of [[200, 'success'], [500, 'failure']] as const) {
+      const s = await serve(trickle(status));
+      const r = await deliver({ url: s.url, headers: signed(), body, ...local, timeoutMs: 8_000 });
+      expect(r).toMatchObject({ outcome, status, truncated: false });
+      expect(r.error).toBe(status === 200 ? undefined : 'HTTP 500');
+      expect(r.durationMs).toBeGreaterThanOrEqual(WEBHOOK_BODY_READ_MS - 50);
+      expect(r.durationMs).toBeLessThan(WEBHOOK_BODY_READ_MS + 1_500);
+      expect(r.responseExcerpt).toMatch(/^x{3,}$/);
+    }
   });
 
   it("the caller's abort signal ends the attempt as a failure", async () => {

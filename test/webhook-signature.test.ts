@@ -51,10 +51,14 @@ describe('webhook secrets', () => {
     if (body.length > 0) expect(`${e.message} ${e.stack}`).not.toContain(body);
   });
 
-  it('hints with the last 4 characters only', () => {
+  it('hints with the last 4 characters before the base64 padding only', () => {
+    // A generated secret ends in '=': before, its hint was 3 characters and the padding.
     const s = generateSecret();
-    expect(secretHint(s)).toBe(s.slice(-4));
-    expect(secretHint(s)).toHaveLength(4);
+    expect(s).toMatch(/=$/);
+    expect(secretHint(s)).toBe(s.slice(-5, -1));
+    expect(secretHint(s)).toMatch(/^[A-Za-z0-9+/]{4}$/);
+    expect(secretHint('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')).toBe('LaSw');
+    expect(secretHint('whsec_' + 'A'.repeat(42) + '==')).toBe('AAAA');
     expect(secretHint('whsec_abc')).toBe('');
   });
 });
@@ -121,6 +125,24 @@ describe('webhook signatures', () => {
         now: VECTOR.timestamp,
       }),
     ).toBe(true);
+  });
+
+  it('verifyPayload takes a secret with or without whsec_, as standardwebhooks does; one that is neither matches nothing', () => {
+    // Before, the bare base64 (what some receivers keep in their settings) verified nothing.
+    const secret = generateSecret();
+    const bare = secret.slice('whsec_'.length);
+    const body = '{"x":3}';
+    const headers = signPayload({ msgId: 'dlv_5', timestamp: now(), body, secrets: [secret] });
+    expect(() => new Webhook(bare).verify(body, headers)).not.toThrow();
+    expect(verifyPayload({ headers: { ...headers }, body, secrets: [bare] })).toBe(true);
+    expect(verifyPayload({ headers: { ...headers }, body, secrets: [secret] })).toBe(true);
+    const vector = { 'webhook-id': VECTOR.msgId, 'webhook-timestamp': String(VECTOR.timestamp), 'webhook-signature': VECTOR.signature };
+    expect(verifyPayload({ headers: vector, body: VECTOR.body, secrets: [VECTOR.secret.slice(6)], now: VECTOR.timestamp })).toBe(true);
+    for (const neither of ['whsec_' + bare.slice(0, 20) + '!!', bare + '*', 'whsec_', '', 'c2hvcnQ=']) {
+      expect(verifyPayload({ headers: { ...headers }, body, secrets: [neither] })).toBe(false);
+    }
+    // Creating or signing still wants the whsec_ form.
+    expect(() => parseSecret(bare)).toThrow(WebhookSecretError);
   });
 
   it('verifyPayload never throws: a parsed body, missing headers or secrets are false; the raw bytes verify', () => {

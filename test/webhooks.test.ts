@@ -43,7 +43,7 @@ describeTargets('webhooks on $name', (target) => {
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], description: 'orders' });
     await bus.endpoints.create({ url: other.url, eventTypes: ['user.signed_up'] });
     expect(ep.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
-    expect(ep.secretHint).toBe(ep.secret.slice(-4));
+    expect(ep.secretHint).toBe(ep.secret.slice(-5, -1)); // the 4 before the padding '='
     expect(ep).toMatchObject({ state: 'enabled', eventTypes: ['order.*'], failingSince: null, description: 'orders' });
     await bus.start();
     const completed = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
@@ -73,6 +73,19 @@ describeTargets('webhooks on $name', (target) => {
     expect(Object.keys(fetched!)).not.toContain('secret');
   });
 
+  test("migration 12 gives an endpoint made before it the hint of the 4 characters before the secret's padding", async () => {
+    const bus = await testBus(target, events, local);
+    const ep = await bus.endpoints.create({ url: 'https://hooks.example.com/a', eventTypes: ['order.*'] });
+    const given = await bus.endpoints.create({ url: 'https://hooks.example.com/b', eventTypes: ['order.*'], secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' });
+    // As an older rea stored them: the last 4 characters, '=' and all.
+    await target.query(`update "${bus.schema}".endpoints set secret_hint = right(secrets -> 0 ->> 'secret', 4)`);
+    await target.query(`delete from "${bus.schema}".migrations where version = 12`);
+    expect((await bus.endpoints.get(ep.id))!.secretHint).toBe(ep.secret.slice(-4));
+    await bus.migrate();
+    expect((await bus.endpoints.get(ep.id))!.secretHint).toBe(ep.secret.slice(-5, -1));
+    expect((await bus.endpoints.get(given.id))!.secretHint).toBe('LaSw');
+  });
+
   test('every event is its own delivery: no coalescing, one job per (event, endpoint)', async () => {
     const bus = await testBus(target, events, local);
     const r = await receiver();
@@ -88,7 +101,7 @@ describeTargets('webhooks on $name', (target) => {
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
     const rotated = await bus.endpoints.rotateSecret(ep.id);
     expect(rotated.secret).not.toBe(ep.secret);
-    expect(rotated.secretHint).toBe(rotated.secret.slice(-4));
+    expect(rotated.secretHint).toBe(rotated.secret.slice(-5, -1));
     await bus.start();
     await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'R' }));
     const first = await r.nth(1);
@@ -181,6 +194,42 @@ describeTargets('webhooks on $name', (target) => {
     await target.query(`update "${bus.schema}".jobs set scheduled_at = now() where id = $1`, [waiting[0].id]);
     await Promise.race([recovered, new Promise((_r, reject) => setTimeout(() => reject(new Error('the moved deliveries did not come back')), 10_000))]);
     expect(new Set(down.received.slice(1).map((r) => JSON.parse(r.body).data.orderNo))).toEqual(new Set(['P1', 'P2', 'P3', 'P4', 'P5']));
+  });
+
+  test("the success that ends a failing spell brings back only the deliveries the failing delay held, never one waiting for its Retry-After (injected clock)", async () => {
+    // Before, it brought back every delivery of the endpoint due within failingDelayMs: A's retry,
+    // which its receiver had asked to come in 120 s, went out at the next success of another one.
+    const clock = new ManualClock(Date.UTC(2025, 6, 1, 9));
+    const t0 = clock.now().getTime();
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await receiver((_q, res, n) => {
+      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'A') res.writeHead(429, { 'retry-after': '120' }).end();
+      else res.end('ok');
+    });
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    const a = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'A' }));
+    expect((await failed).retryAt!.getTime()).toBe(t0 + 120_000);
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('failing');
+
+    // B and C are made while the endpoint fails: the failing delay holds them 5 minutes out.
+    const fanned = bus.lifecycle.waitFor('relay:batch:fanned');
+    const [b, c] = await bus.transaction(async (tx) => [
+      await bus.record(tx, 'order.created', { orderNo: 'B' }), await bus.record(tx, 'order.created', { orderNo: 'C' }),
+    ]);
+    await fanned;
+    for (const id of [b, c]) expect((await bus.jobs.forEvent(id))[0]!.scheduledAt.getTime()).toBe(t0 + 5 * 60_000);
+
+    // B comes due (as by hand) and succeeds: the endpoint is enabled, C comes back now, A stays.
+    const enabled = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'enabled');
+    await target.query(`update "${bus.schema}".jobs set scheduled_at = $2 where event_id = $1`, [b, clock.now()]);
+    await enabled;
+    expect(JSON.parse((await r.nth(3)).body).data.orderNo).toBe('C');
+    const [jobA] = await bus.jobs.forEvent(a);
+    expect(jobA).toMatchObject({ state: 'retryable', attempt: 1 });
+    expect(jobA!.scheduledAt.getTime()).toBe(t0 + 120_000);
+    expect(r.received.map((x) => JSON.parse(x.body).data.orderNo)).toEqual(['A', 'B', 'C']);
   });
 
   test('an endpoint that answers slowly holds at most concurrencyPerEndpoint slots; the others are delivered meanwhile', async () => {
@@ -562,6 +611,60 @@ describeTargets('webhooks on $name', (target) => {
     expect(wait).toBeLessThan(5 * 60_000 + 5000);
   });
 
+  test('one message the receiver refuses leaves its endpoint enabled while others succeed; failing once no success in failingDelayMs (injected clock)', async () => {
+    // Before, every failure of X (400 to it, 200 to all others) turned the endpoint failing and
+    // held every other delivery 5 minutes out, again at each of X's retries.
+    const clock = new ManualClock(Date.UTC(2025, 6, 2, 9));
+    const t0 = clock.now().getTime();
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await receiver((_q, res, n) => {
+      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(400).end('bad');
+      else res.end('ok');
+    });
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    const states: string[] = [];
+    bus.lifecycle.on('endpoint:state', (e) => states.push(e.state));
+    await bus.start();
+    const send = async (orderNo: string) => {
+      const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
+      const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+      await Promise.race([done, failed]);
+      return id;
+    };
+    await send('G1');
+    const x = await send('X');
+    expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
+    const g2 = await send('G2');
+    expect((await bus.jobs.forEvent(g2))[0]).toMatchObject({ state: 'completed' });
+    expect((await bus.jobs.forEvent(g2))[0]!.scheduledAt.getTime()).toBe(t0); // not held 5 minutes out
+    expect(states).toEqual([]);
+
+    // No success for longer than failingDelayMs: X's next failure turns the endpoint failing.
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    const retried = bus.lifecycle.waitFor('job:failed', (e) => e.eventId === x);
+    clock.advance(6 * 60_000);
+    expect((await failing).endpointId).toBe(ep.id);
+    expect((await retried).attempt).toBe(2);
+    expect((await bus.endpoints.get(ep.id))!.failingSince!.getTime()).toBe(t0 + 6 * 60_000);
+  });
+
+  test('a failure without an answer turns an endpoint failing at once, even right after a success', async () => {
+    // A timeout or a dropped connection costs a slot per delivery: the failing delay must start at once.
+    const r = await receiver((_q, res, n) => (n === 1 ? res.end('ok') : res.socket!.destroy()));
+    const bus = await testBus(target, events, local);
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'G' }));
+    await done;
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'D' }));
+    expect((await failing).endpointId).toBe(ep.id);
+    const [last] = await bus.endpoints.attempts(ep.id);
+    expect(last).toMatchObject({ outcome: 'failure', status: null });
+  });
+
   test('an endpoint failing for 5 days is disabled by the health pass, with its reason (injected clock)', async () => {
     const clock = new ManualClock(Date.UTC(2025, 2, 1, 12));
     const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, healthIntervalMs: 1000 } });
@@ -918,6 +1021,16 @@ describeTargets('webhooks on $name', (target) => {
     expect(got.headers['webhook-id']).toBe(result.webhookId);
     expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
     expect((await bus.endpoints.attempts(ep.id)).map((a) => [a.deliveryId, a.outcome])).toEqual([[null, 'failure']]);
+  });
+
+  test('endpoints.test sends to a disabled endpoint too (its owner tries the fixed receiver before enable); a 2xx leaves it disabled', async () => {
+    const bus = await testBus(target, events, local);
+    const r = await receiver();
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    await bus.endpoints.disable(ep.id, { reason: 'receiver answered 410' });
+    expect(await bus.endpoints.test(ep.id)).toMatchObject({ outcome: 'success', status: 200 });
+    expect(r.received).toHaveLength(1);
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ state: 'disabled', disabledReason: 'receiver answered 410' });
   });
 });
 

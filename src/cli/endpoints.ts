@@ -180,7 +180,7 @@ export function endpointsCommand(): Command {
   );
 
   root.addCommand(
-    command('test', 'send one signed test event to an endpoint now and show the answer')
+    command('test', 'send one signed test event to an endpoint now and show the answer; a disabled endpoint too (try a fixed receiver before enable), and its state stays as it is')
       .argument('<id>', 'the endpoint id', endpointId('test'))
       .action(async (id: string, flags: Flags) => {
         const r = await withEndpointsBus(flags, (bus) => bus.endpoints.test(id));

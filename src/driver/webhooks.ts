@@ -15,7 +15,7 @@ export interface EndpointRow {
   failingSince: Date | null;
   disabledAt: Date | null;
   disabledReason: string | null;
-  /** The last 4 characters of the newest secret. */
+  /** The last 4 characters of the newest secret before its base64 padding. */
   secretHint: string;
   createdAt: Date;
   updatedAt: Date;
@@ -56,7 +56,8 @@ export interface AttemptRow extends Omit<AttemptInsert, 'jobId'> {
 }
 
 /**
- * How an attempt moves its endpoint: 'success' clears failing, 'failure' starts or continues it,
+ * How an attempt moves its endpoint: 'success' clears failing, 'failure' starts or continues it
+ * (one the receiver answered, only when no success came within failingDelayMs),
  * 'gone' disables it with `reason`, 'none' leaves it (a test delivery).
  */
 export type HealthEffect = { effect: 'success' } | { effect: 'failure' } | { effect: 'gone'; reason: string } | { effect: 'none' };
@@ -92,7 +93,7 @@ export interface WebhookExecutor {
   /**
    * The attempt row and the endpoint's health in one statement. A failure also moves the
    * endpoint's other due deliveries `failingDelayMs` out, and a success that makes it enabled again
-   * brings them back to now.
+   * brings back to now those the failing delay still holds (not those waiting for their own retry).
    */
   attemptRecord(p: { attempt: AttemptInsert; health: HealthEffect; failingDelayMs: number; now: Date | null }): Promise<{ stateChangedTo: EndpointState | null }>;
   /** Newest first. */

@@ -1,5 +1,5 @@
 // POST /api/endpoints { url, eventTypes, description? }: subscribe an endpoint. The generated
-// secret is in this one response only (the receiver needs it); reads show its last 4 characters.
+// secret is in this one response only (the receiver needs it); reads show its last 4 characters before the padding.
 // From the panel's form, the answer is a page that shows the secret once.
 import { z } from 'zod';
 import { endpointView } from '../data.js';

@@ -41,7 +41,10 @@ export interface WebhookOptions {
   concurrency?: number | 'auto';
   /** Deliveries at once to one endpoint in this process, within concurrency (default 4); the rest wait in the queue. */
   concurrencyPerEndpoint?: number;
-  /** Delay of new deliveries while an endpoint is failing (default 5 min). */
+  /**
+   * Delay of new deliveries while an endpoint is failing (default 5 min); also how recent a success
+   * keeps an endpoint enabled through failures its receiver answered (one message it refuses).
+   */
   failingDelayMs?: number;
   /** Continuous failure after which the health pass disables an endpoint (default 5 days). */
   disableAfterMs?: number;
@@ -106,7 +109,8 @@ export function envelopeOf(event: Pick<StoredEvent, 'id' | 'type' | 'subject' | 
 function healthOf(outcome: AttemptOutcome): HealthEffect {
   if (outcome === 'success') return { effect: 'success' };
   if (outcome === 'gone') return { effect: 'gone', reason: 'the endpoint answered 410 Gone' };
-  // A throttled or refused attempt did not deliver either: the endpoint is failing until one does.
+  // A throttled or refused attempt did not deliver either: a failure, whose effect on the endpoint
+  // depends on whether the receiver answered and on its last success (attemptRecord).
   return { effect: 'failure' };
 }
 

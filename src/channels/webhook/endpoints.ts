@@ -85,7 +85,11 @@ export interface EndpointsApi {
    * attempt is a NotFoundError, not an empty page that hides a typo.
    */
   attemptPage(id: string, options?: { limit?: number; before?: string }): Promise<Page<WebhookAttempt>>;
-  /** One signed test delivery now, outside the queue; logged as an attempt, never changes the endpoint's state. */
+  /**
+   * One signed test delivery now, outside the queue; logged as an attempt, never changes the endpoint's
+   * state. A disabled endpoint (even one its own 410 disabled) gets it too: that is how its owner
+   * tries a fixed receiver before enabling it again.
+   */
   test(id: string): Promise<AttemptSummary>;
 }
 

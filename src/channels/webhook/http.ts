@@ -21,6 +21,12 @@ export const WEBHOOK_CONNECT_TIMEOUT_MS = 5_000;
 export const WEBHOOK_TIMEOUT_MS = 15_000;
 /** Response bytes read at most; the rest is not read and the connection is dropped. */
 export const WEBHOOK_MAX_RESPONSE_BYTES = 64 * 1024;
+/**
+ * How long the body is read once the status line is in: the status is the receiver's answer, and a
+ * body that trickles (a 200, then a byte every 200 ms) held the delivery's slot until timeoutMs.
+ * What arrived by then is kept for the excerpt; the connection is dropped.
+ */
+export const WEBHOOK_BODY_READ_MS = 1_000;
 /** Response bytes kept as the attempt log's excerpt. */
 export const WEBHOOK_EXCERPT_BYTES = 1024;
 export const WEBHOOK_USER_AGENT = 'rea-webhooks';
@@ -265,6 +271,11 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
     let responseBytes = 0;
     let truncated = false;
     let bodyError: string | undefined;
+    let bodyCut = false;
+    const bodyTimer = setTimeout(() => {
+      bodyCut = true;
+      res.body.destroy(); // ends the loop below; the agent's connection goes with it
+    }, WEBHOOK_BODY_READ_MS);
     try {
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
         responseBytes += chunk.length;
@@ -279,7 +290,9 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
         }
       }
     } catch (err) {
-      bodyError = `response body incomplete: ${describeError(err, errCtx)}`;
+      if (!bodyCut) bodyError = `response body incomplete: ${describeError(err, errCtx)}`;
+    } finally {
+      clearTimeout(bodyTimer);
     }
     const base = {
       status,
@@ -290,7 +303,8 @@ export async function deliver(options: DeliverOptions): Promise<DeliveryResult> 
       addresses,
     };
 
-    // The status line is the receiver's answer; a slow or cut body after it only shortens the excerpt.
+    // The status line is the receiver's answer; a slow or cut body after it (at WEBHOOK_BODY_READ_MS,
+    // maxResponseBytes or the timeout) only shortens the excerpt.
     if (status >= 200 && status < 300) return { outcome: 'success', ...base };
     if (status === 410) return { outcome: 'gone', ...base };
     if (status === 429 || status === 503) {

@@ -16,14 +16,19 @@ export function generateSecret(): string {
   return SECRET_PREFIX + randomBytes(GENERATED_SECRET_BYTES).toString('base64');
 }
 
-/** Checks a secret's shape and returns its key bytes; throws WebhookSecretError (without the secret). */
-export function parseSecret(secret: string): Buffer {
+/**
+ * Checks a secret's shape and returns its key bytes; throws WebhookSecretError (without the secret).
+ * `bare: true` (verifying, as the standardwebhooks library does) also takes the key's base64
+ * without the `whsec_` prefix; a secret rea stores or signs with must have it.
+ */
+export function parseSecret(secret: string, options: { bare?: boolean } = {}): Buffer {
   if (typeof secret !== 'string') throw new WebhookSecretError(`expected a string, got ${secret === null ? 'null' : typeof secret}`);
-  if (!secret.startsWith(SECRET_PREFIX)) throw new WebhookSecretError(`must start with '${SECRET_PREFIX}'`);
-  const encoded = secret.slice(SECRET_PREFIX.length);
+  const prefixed = secret.startsWith(SECRET_PREFIX);
+  if (!prefixed && !options.bare) throw new WebhookSecretError(`must start with '${SECRET_PREFIX}'`);
+  const encoded = prefixed ? secret.slice(SECRET_PREFIX.length) : secret;
   // Buffer.from(…, 'base64') skips characters it does not know, so check the alphabet first.
   if (encoded.length === 0 || !BASE64.test(encoded) || encoded.length % 4 === 1) {
-    throw new WebhookSecretError(`the part after '${SECRET_PREFIX}' must be standard base64`);
+    throw new WebhookSecretError(prefixed ? `the part after '${SECRET_PREFIX}' must be standard base64` : `must be '${SECRET_PREFIX}' and standard base64, or the base64 alone`);
   }
   const key = Buffer.from(encoded, 'base64');
   if (key.length < MIN_SECRET_BYTES) {
@@ -32,7 +37,11 @@ export function parseSecret(secret: string): Buffer {
   return key;
 }
 
-/** The last 4 characters, for showing which secret is which; '' when the input is too short to hint safely. */
+/**
+ * The last 4 characters before the base64 padding, for showing which secret is which; '' when the
+ * input is too short to hint safely. The last 4 of a generated secret (32 bytes: 43 characters and
+ * one '=') always ended in '=', so they told only 3 characters apart.
+ */
 export function secretHint(secret: string): string {
-  return typeof secret === 'string' && secret.length >= 16 ? secret.slice(-4) : '';
+  return typeof secret === 'string' && secret.length >= 16 ? secret.replace(/=+$/, '').slice(-4) : '';
 }

@@ -63,7 +63,9 @@ export const DEFAULT_VERIFY_TOLERANCE_SECONDS = 5 * 60;
 
 /**
  * The receiver's side, for rea's own demo receiver and `endpoints test`: true when any `v1`
- * signature matches any secret and the timestamp is fresh. Never throws on bad input.
+ * signature matches any secret and the timestamp is fresh. A secret may be given as `whsec_…` or
+ * as its base64 alone (as the standardwebhooks library takes it). Never throws on bad input: a
+ * secret that is neither (or decodes to fewer than MIN_SECRET_BYTES) matches nothing.
  */
 export function verifyPayload(input: VerifyInput): boolean {
   // A body parsed to an object (a JSON body parser ran first), missing headers or secrets: false,
@@ -86,7 +88,7 @@ export function verifyPayload(input: VerifyInput): boolean {
   for (const secret of input.secrets) {
     let key: Buffer;
     try {
-      key = parseSecret(secret);
+      key = parseSecret(secret, { bare: true });
     } catch {
       continue;
     }

@@ -5,6 +5,14 @@
 export const ENDPOINT_MOVE_BATCH = 1000;
 
 /**
+ * A success notes its time on the endpoint (last_success_at) only once the noted time is older
+ * than failingDelayMs divided by this: a healthy endpoint's row is written once every 30 s at most
+ * (the default 5 min / 10), not at every delivery, and the time a failure compares with is at most
+ * that much behind the real last success.
+ */
+export const SUCCESS_NOTE_DIVISOR = 10;
+
+/**
  * Previous secrets an endpoint keeps after a rotation, newest first: each is one more signature on
  * every request while it lasts, so rotating again and again within one grace period must not grow
  * that list (and the set of secrets that verify) without end. The oldest beyond it stops at once.
@@ -135,16 +143,34 @@ where e.id = due.id
 returning e.id::text as id`,
 
     // The attempt row and the endpoint's health move together. The endpoint row is only written
-    // when its state really changes, so a healthy endpoint costs no update per delivery; one that
-    // was disabled meanwhile (by its owner or the health pass) stays disabled.
+    // when its state really changes, or (noted) when a success's time is worth noting again (see
+    // SUCCESS_NOTE_DIVISOR), so a healthy endpoint costs no update per delivery; one that was
+    // disabled meanwhile (by its owner or the health pass) stays disabled.
     //
-    // A failed attempt also moves the endpoint's other deliveries that are due now to failingDelayMs
-    // ($14) out, as its new ones are while it fails: claims go in order of due time across
-    // endpoints, so the backlog of one that hangs held every webhook slot (each for the whole HTTP
+    // A failure the receiver answered (any status: 4xx, 5xx, 429) turns the endpoint failing only
+    // when no delivery to it succeeded in the last failingDelayMs: the endpoint is up, and one
+    // message it refuses says nothing about the others. Before, every failure of one bad message
+    // (400 to it, 200 to all others) turned the endpoint failing and held every other delivery
+    // failingDelayMs out, again at each of its retries. A failure with no answer (a timeout, a
+    // connection or DNS error, a refused address) still turns it failing at once: those cost a
+    // slot each, up to the whole timeout, and would cost the same for every delivery behind it. So
+    // does any failure of an endpoint that never succeeded. An endpoint that fails everything is
+    // failing by the first failure after its last success is failingDelayMs old, and disabled
+    // disableAfterMs after that, as before.
+    //
+    // A failed attempt that leaves the endpoint failing also moves its other deliveries that are
+    // due now to failingDelayMs ($14) out, as its new ones are while it fails: claims go in order
+    // of due time across endpoints, so the backlog of one that hangs held every webhook slot (each for the whole HTTP
     // timeout) and the other endpoints' deliveries waited behind it. Each later failure moves what
-    // has come due since, so a failing endpoint gets a probe's worth of slots, not its backlog's. A
-    // success that makes it enabled again brings what was moved back to now. Up to
-    // ENDPOINT_MOVE_BATCH rows each way per attempt, through jobs_claim_idx.
+    // has come due since, so a failing endpoint gets a probe's worth of slots, not its backlog's.
+    // A moved delivery keeps the time it was moved to in held_until (so does one fanned out while
+    // the endpoint fails), and a success that makes the endpoint enabled again brings back to now
+    // only those whose scheduled_at is still that: a delivery waiting for its own backoff or
+    // Retry-After keeps its time. Before, every delivery due within failingDelayMs was brought
+    // back, and a receiver that asked for 120 s got the retry at the next success of another
+    // delivery. A held delivery was due when it was moved (or made), so now is never earlier than
+    // its own schedule; once it is claimed, any retry is scheduled after held_until, never on it.
+    // Up to ENDPOINT_MOVE_BATCH rows each way per attempt, through jobs_claim_idx.
     attemptRecord: /* sql */ `
 with attempt as (
   insert into ${s}.webhook_attempts
@@ -157,6 +183,7 @@ with attempt as (
       failing_since = case $11::text when 'success' then null
                                      when 'failure' then coalesce(e.failing_since, coalesce($12::timestamptz, now()))
                                      else e.failing_since end,
+      last_success_at = case when $11::text = 'success' then coalesce($12::timestamptz, now()) else e.last_success_at end,
       disabled_at = case when $11::text = 'gone' then coalesce($12::timestamptz, now()) else e.disabled_at end,
       disabled_reason = case when $11::text = 'gone' then $13::text else e.disabled_reason end,
       updated_at = coalesce($12::timestamptz, now())
@@ -164,15 +191,29 @@ with attempt as (
     and e.state <> 'disabled'
     and case $11::text when 'success' then e.state <> 'enabled' or e.failing_since is not null
                        when 'failure' then e.state <> 'failing'
+                         and ($6::int is null or e.last_success_at is null
+                              or e.last_success_at <= coalesce($12::timestamptz, now()) - $14::double precision * interval '1 millisecond')
                        when 'gone' then true
                        else false end
   returning e.state
+), noted as (
+  -- A success that changed no state: health wrote nothing (it runs first, as this reads it).
+  update ${s}.endpoints e
+  set last_success_at = coalesce($12::timestamptz, now())
+  where e.id = $2::uuid and $11::text = 'success' and e.state = 'enabled' and $14::double precision > 0
+    and (e.last_success_at is null
+         or e.last_success_at <= coalesce($12::timestamptz, now()) - $14::double precision / ${SUCCESS_NOTE_DIVISOR} * interval '1 millisecond')
+    and not exists (select 1 from health)
+  returning 1
 ), moved_out as (
   update ${s}.jobs j
-  set scheduled_at = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
+  set scheduled_at = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond',
+      held_until = coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
   from (
     select id from ${s}.jobs
     where $11::text = 'failure' and $14::double precision > 0
+      and (exists (select 1 from health where health.state = 'failing')
+           or exists (select 1 from ${s}.endpoints where id = $2::uuid and state = 'failing'))
       and kind = 'webhook' and target = $2::uuid::text and state in ('available', 'retryable')
       and scheduled_at <= coalesce($12::timestamptz, now())
     order by priority, scheduled_at, id
@@ -183,12 +224,13 @@ with attempt as (
   returning 1
 ), brought_back as (
   update ${s}.jobs j
-  set scheduled_at = coalesce($12::timestamptz, now())
+  set scheduled_at = coalesce($12::timestamptz, now()), held_until = null
   from (
     select id from ${s}.jobs
     where $11::text = 'success' and kind = 'webhook' and target = $2::uuid::text and state in ('available', 'retryable')
       and scheduled_at > coalesce($12::timestamptz, now())
       and scheduled_at <= coalesce($12::timestamptz, now()) + $14::double precision * interval '1 millisecond'
+      and scheduled_at = held_until
     order by priority, scheduled_at, id
     limit ${ENDPOINT_MOVE_BATCH}
     for update skip locked

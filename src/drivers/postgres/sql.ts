@@ -309,9 +309,9 @@ ${handOff ? /* sql */ `), offered as (
   join ${s}.endpoints ep on ep.state <> 'disabled' and c.type like any (ep.like_patterns)
 ), inserted as (
   -- A handed-off job is inserted as its worker's claim would leave it: running, attempt 1, leased.
-  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at,
+  insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at, held_until,
                          state, attempt, attempted_at, attempted_by, lease_expires_at)
-  select event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at,
+  select event_id, kind, target, max_attempts, lease_ms, priority, coalesced, scheduled_at, held_until,
          case when mine then 'running' else 'available' end,
          case when mine then 1 else 0 end,
          case when mine then scheduled_at end,
@@ -320,12 +320,14 @@ ${handOff ? /* sql */ `), offered as (
   from (
     select event_id, 'handler' as kind, name as target, max_attempts,
            ${handOff ? 'case when mine then offered_lease_ms else lease_ms end' : 'lease_ms'} as lease_ms,
-           priority, coalesced, coalesce($2::timestamptz, now()) as scheduled_at, mine
+           priority, coalesced, coalesce($2::timestamptz, now()) as scheduled_at, null::timestamptz as held_until, mine
     from handed${inline ? ' where not (mine and offered_inline)' : ''}
     union all
     select event_id, 'webhook', endpoint_id, $3::int, $4::int, 0::smallint, 1,
            coalesce($2::timestamptz, now())
              + case when failing then $5::double precision * interval '1 millisecond' else interval '0' end,
+           -- Held by the failing delay: the success that ends it brings the delivery back (attemptRecord).
+           case when failing then coalesce($2::timestamptz, now()) + $5::double precision * interval '1 millisecond' end,
            false
     from hooks
   ) j

@@ -262,4 +262,41 @@ alter table {schema}.events add column span_id text, add column trace_flags smal
 alter table {schema}.events_archive add column span_id text, add column trace_flags smallint;
 `,
   },
+  {
+    version: 10,
+    name: 'delivery_held_until',
+    // The scheduled_at a failing endpoint's delay gave a webhook delivery (one moved out by a
+    // failed attempt, or made while the endpoint was failing). The success that makes the endpoint
+    // enabled again brings back only the deliveries whose schedule is still that one: before, it
+    // brought back every delivery due within failingDelayMs, those waiting for their own backoff or
+    // Retry-After too, which were then sent at once. Not breaking: an older rea never sets it, and
+    // a schedule it writes no longer equals it.
+    sql: /* sql */ `
+alter table {schema}.jobs add column held_until timestamptz;
+`,
+  },
+  {
+    version: 11,
+    name: 'endpoint_last_success',
+    // When a delivery to the endpoint last succeeded, noted at most once every tenth of
+    // failingDelayMs (a HOT update: no index covers it), so a healthy endpoint is not written at
+    // every delivery. A failed attempt the receiver answered turns the endpoint failing only when
+    // this is older than failingDelayMs (see attemptRecord). Not breaking: an older rea never notes
+    // it, and a newer one then turns the endpoint failing at any failure, as the older one does.
+    sql: /* sql */ `
+alter table {schema}.endpoints add column last_success_at timestamptz;
+`,
+  },
+  {
+    version: 12,
+    name: 'secret_hint_before_padding',
+    // An endpoint's secret hint is the newest secret's last 4 characters before the base64
+    // padding: the last 4 of a generated secret always ended in '=' (3 characters told apart).
+    // Only hints ending in '=' change; a secret without padding keeps its hint.
+    sql: /* sql */ `
+update {schema}.endpoints
+set secret_hint = right(rtrim(secrets -> 0 ->> 'secret', '='), 4)
+where secret_hint like '%=' and length(secrets -> 0 ->> 'secret') >= 16;
+`,
+  },
 ];
