@@ -2,7 +2,6 @@
 // inside its event's trace with a timeout, then complete or fail them in batches (one statement
 // per batch, not per job).
 import type { Clock } from '../core/clock.js';
-import { appNow } from '../core/clock.js';
 import { defaultHandlerBackoff, MAX_RETRY_DELAY_MS } from '../core/backoff.js';
 import { Batcher } from '../core/batcher.js';
 import { describeFailure, errorMessage } from '../core/errors-format.js';
@@ -15,7 +14,7 @@ import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJ
 import { JobAbort } from './abort.js';
 import { JobCounts } from './counts.js';
 import type { JobChannel } from './channel.js';
-import { InlineRound, type InlineOutcome } from './inline.js';
+import { InlineRound, retryInMs, type InlineOutcome, type RetryWait } from './inline.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -55,6 +54,8 @@ interface FailureItem {
   failure: JobFailure;
   job: ClaimedJob;
   discarded: boolean;
+  /** A retry the database's clock dates: failure.retryInMs is set from it at each write. */
+  wait?: RetryWait;
   /** A stand-in record for one the database refused (see the failures batcher's isolate). */
   refused?: boolean;
   /** A write of it was sent before (and failed, or its reply was lost). */
@@ -148,14 +149,16 @@ export class Worker {
         // Sent before: a write whose reply was lost may have stored them already (see failedByThisAttempt).
         const resent = items.filter((i) => i.sent);
         for (const item of items) item.sent = true;
-        const written = new Set(await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() }));
+        const failures = items.map((i) => (i.wait ? { ...i.failure, retryInMs: retryInMs(i.wait) } : i.failure));
+        const written = new Map((await driver.executor.jobFailMany({ failures, now: deps.clock.now() })).map((r) => [r.id, r.scheduledAt]));
         // Fewer rows than failures: some were no longer this attempt's running job (the lease
         // expired and the rescuer returned it, another worker may run it now). Only what this
         // attempt recorded is reported as failed or discarded.
         const missed = resent.filter((i) => !written.has(i.job.id));
-        const stored = missed.length > 0 ? await this.failedByThisAttempt(missed) : new Set<FailureItem>();
+        const stored = missed.length > 0 ? await this.failedByThisAttempt(missed) : new Map<FailureItem, Date>();
         for (const item of items) {
-          if (written.has(item.job.id) || stored.has(item)) this.emitFailed(item.job, item.failure, item.discarded);
+          const retryAt = written.get(item.job.id) ?? stored.get(item);
+          if (retryAt !== undefined) this.emitFailed(item.job, item.failure, item.discarded, retryAt);
           else {
             deps.log.warn(
               { job_id: item.job.id, attempt: item.job.attempt, err: item.failure.error.message },
@@ -381,8 +384,11 @@ export class Worker {
         if (names) names.push(job.target);
         else delivered.set(job.event.id, [job.target]);
       } else if (outcome?.kind === 'failed') {
-        const { failure } = outcome;
-        rows.push({ job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt, error: failure.error });
+        const { failure, wait } = outcome;
+        rows.push({
+          job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt,
+          ...(wait ? { retryInMs: retryInMs(wait) } : {}), error: failure.error,
+        });
       } else if (outcome?.kind === 'released' || !this.active.has(job.id)) {
         if (!outcome) unstarted.add(job.id);
         rows.push({ job, state: 'available', attempt: 0, scheduledAt: null, error: null });
@@ -406,8 +412,9 @@ export class Worker {
    * The round's transaction ended. Committed: report what the round settled, and send outcomes
    * that came while it closed down the usual path (their rows exist now). Not committed: nothing
    * of the round exists, its events are delivered again, and its outcomes are dropped.
+   * retryAt: when the round's retryable rows are due, as stored (eventInlineFinish).
    */
-  endInline(round: InlineRound, committed: boolean): void {
+  endInline(round: InlineRound, committed: boolean, retryAt?: ReadonlyMap<string, Date>): void {
     round.state = committed ? 'committed' : 'failed';
     if (!committed) {
       if (round.outcomes.size + round.late.length > 0) {
@@ -418,7 +425,7 @@ export class Worker {
     for (const [id, outcome] of round.outcomes) {
       const job = round.jobs.get(id)!;
       if (outcome.kind === 'succeeded') this.emitCompleted({ job, durationMs: outcome.durationMs });
-      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded);
+      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded, retryAt?.get(id) ?? null);
     }
     for (const { job, outcome } of round.late) this.settle(job, outcome);
   }
@@ -434,7 +441,10 @@ export class Worker {
       }
     }
     if (outcome.kind === 'succeeded') this.completions.push({ job, durationMs: outcome.durationMs });
-    else if (outcome.kind === 'failed') this.failures.push({ failure: outcome.failure, job, discarded: outcome.discarded });
+    else if (outcome.kind === 'failed') {
+      const { failure, discarded, wait } = outcome;
+      this.failures.push({ failure, job, discarded, ...(wait ? { wait } : {}) });
+    }
     else this.releases.push(job);
   }
 
@@ -625,29 +635,38 @@ export class Worker {
   }
 
   private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger): void {
-    const now = appNow(this.deps.clock);
+    const injected = this.deps.clock.now();
+    const now = injected?.getTime() ?? Date.now();
     const entry = {
       at: new Date(now).toISOString(),
       attempt: job.attempt,
       ...describeFailure(err),
     };
     let state: 'retryable' | 'discarded';
-    let scheduledAt: Date | null = null;
+    let delayMs: number | null = null;
     if (err instanceof WorkerStoppingError) {
       // A shutdown is not the handler's fault: run it again at once, elsewhere, and do not count
       // the attempt (at the last attempt, counting it would leave the job one try short).
       state = 'retryable';
-      scheduledAt = new Date(now);
+      delayMs = 0;
     } else if (isPermanent(err) || err instanceof MissingEventError || job.attempt >= job.maxAttempts) {
       state = 'discarded';
     } else {
       state = 'retryable';
-      scheduledAt = new Date(now + this.retryDelayMs(job, channel, err, log));
+      delayMs = this.retryDelayMs(job, channel, err, log);
     }
-    log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
+    // The claim compares scheduled_at with the database's clock, so the retry is dated by it: the
+    // write stores now() + the delay (less the time since the failure). A time taken from this
+    // host's clock was off by the host's skew: 2 min ahead made a 1 s backoff 2 min, 2 min behind
+    // ran the next attempt at once. An injected clock (tests) dates it itself, as the SQL takes its time.
+    const scheduledAt = delayMs !== null && injected ? new Date(now + delayMs) : null;
+    const wait = delayMs !== null && !injected ? { delayMs, failedAt: performance.now() } : undefined;
+    // retry_at by this host's clock, as the log's own time is.
+    const retryAt = delayMs === null ? null : new Date(now + delayMs).toISOString();
+    log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: retryAt }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
     const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
     if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
-    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded' });
+    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded', ...(wait ? { wait } : {}) });
   }
 
   /**
@@ -683,22 +702,24 @@ export class Worker {
     });
   }
 
-  /** Failures sent before, now found as their write left them (its reply was lost, then the retry changed nothing). */
-  private async failedByThisAttempt(items: FailureItem[]): Promise<Set<FailureItem>> {
+  /** Failures sent before, now found as their write left them (its reply was lost, then the retry changed nothing), with when they are due. */
+  private async failedByThisAttempt(items: FailureItem[]): Promise<Map<FailureItem, Date>> {
     const states = new Map((await this.driver.operations.jobStates({ ids: items.map((i) => i.job.id) })).map((s) => [s.id, s]));
-    return new Set(items.filter((i) => {
+    const stored = new Map<FailureItem, Date>();
+    for (const i of items) {
       const s = states.get(i.job.id);
-      return s?.state === i.failure.state && s.attempt === i.failure.attempt - (i.failure.refundAttempt ? 1 : 0);
-    }));
+      if (s?.state === i.failure.state && s.attempt === i.failure.attempt - (i.failure.refundAttempt ? 1 : 0)) stored.set(i, s.scheduledAt);
+    }
+    return stored;
   }
 
-  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean): void {
+  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean, retryAt: Date | null): void {
     const e = {
       jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message,
       ...(failure.error.name ? { errorName: failure.error.name } : {}), kind: job.kind,
     };
     if (discarded) this.deps.lifecycle.emit('job:discarded', e);
-    else this.deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
+    else this.deps.lifecycle.emit('job:failed', { ...e, retryAt });
   }
 
   private emitCompleted(d: Done): void {
