@@ -23,7 +23,7 @@ export function retryInMs(wait: RetryWait): number {
 
 export type InlineOutcome =
   | { kind: 'succeeded'; durationMs: number }
-  | { kind: 'failed'; failure: JobFailure; discarded: boolean; wait?: RetryWait }
+  | { kind: 'failed'; failure: JobFailure; discarded: boolean; durationMs: number; wait?: RetryWait }
   /** Handed back unstarted (the worker stopped): it goes to the queue. */
   | { kind: 'released' };
 

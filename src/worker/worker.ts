@@ -54,6 +54,8 @@ interface FailureItem {
   failure: JobFailure;
   job: ClaimedJob;
   discarded: boolean;
+  /** How long the run took until it failed (what job:completed says, should the job turn out completed). */
+  durationMs: number;
   /** A retry the database's clock dates: failure.retryInMs is set from it at each write. */
   wait?: RetryWait;
   /** A stand-in record for one the database refused (see the failures batcher's isolate). */
@@ -146,25 +148,21 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await this.claimsEnded;
-        // Sent before: a write whose reply was lost may have stored them already (see failedByThisAttempt).
-        const resent = items.filter((i) => i.sent);
+        // Sent before: a write whose reply was lost may have stored them already (see missedFailures).
+        const resent = new Set(items.filter((i) => i.sent));
         for (const item of items) item.sent = true;
         const failures = items.map((i) => (i.wait ? { ...i.failure, retryInMs: retryInMs(i.wait) } : i.failure));
         const written = new Map((await driver.executor.jobFailMany({ failures, now: deps.clock.now() })).map((r) => [r.id, r.scheduledAt]));
-        // Fewer rows than failures: some were no longer this attempt's running job (the lease
-        // expired and the rescuer returned it, another worker may run it now). Only what this
-        // attempt recorded is reported as failed or discarded.
-        const missed = resent.filter((i) => !written.has(i.job.id));
-        const stored = missed.length > 0 ? await this.failedByThisAttempt(missed) : new Map<FailureItem, Date>();
+        // Fewer rows than failures: some were no longer this attempt's running job. Only what this
+        // attempt recorded is reported as failed or discarded; the rest are told apart by how the
+        // write found them. Looked up before any signal, so a lookup that fails (the batch is
+        // written again) has announced nothing twice.
+        const missed = items.filter((i) => !written.has(i.job.id));
+        const found = missed.length > 0 ? await this.missedFailures(missed, resent) : new Map<FailureItem, MissedFailure>();
         for (const item of items) {
-          const retryAt = written.get(item.job.id) ?? stored.get(item);
+          const retryAt = written.get(item.job.id);
           if (retryAt !== undefined) this.emitFailed(item.job, item.failure, item.discarded, retryAt);
-          else {
-            deps.log.warn(
-              { job_id: item.job.id, attempt: item.job.attempt, err: item.failure.error.message },
-              'a job failed after its lease expired; the rescuer had already returned it to the queue, so this run\'s failure is not recorded',
-            );
-          }
+          else this.reportMissed(item, found.get(item)!);
         }
       },
       onError: (err) => this.writeFailed(err, 'writing job failures failed; will retry'),
@@ -442,8 +440,8 @@ export class Worker {
     }
     if (outcome.kind === 'succeeded') this.completions.push({ job, durationMs: outcome.durationMs });
     else if (outcome.kind === 'failed') {
-      const { failure, discarded, wait } = outcome;
-      this.failures.push({ failure, job, discarded, ...(wait ? { wait } : {}) });
+      const { failure, discarded, durationMs, wait } = outcome;
+      this.failures.push({ failure, job, discarded, durationMs, ...(wait ? { wait } : {}) });
     }
     else this.releases.push(job);
   }
@@ -628,13 +626,13 @@ export class Worker {
       }
     } catch (thrown) {
       const err = abort.aborted ? abort.reason : thrown;
-      this.fail(job, channel, err, log);
+      this.fail(job, channel, err, log, performance.now() - started);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger): void {
+  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger, durationMs: number): void {
     const injected = this.deps.clock.now();
     const now = injected?.getTime() ?? Date.now();
     const entry = {
@@ -666,7 +664,7 @@ export class Worker {
     log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: retryAt }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
     const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
     if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
-    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded', ...(wait ? { wait } : {}) });
+    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded', durationMs, ...(wait ? { wait } : {}) });
   }
 
   /**
@@ -702,15 +700,40 @@ export class Worker {
     });
   }
 
-  /** Failures sent before, now found as their write left them (its reply was lost, then the retry changed nothing), with when they are due. */
-  private async failedByThisAttempt(items: FailureItem[]): Promise<Map<FailureItem, Date>> {
+  /** How the jobs of failures the write left alone were found (see MissedFailure). */
+  private async missedFailures(items: FailureItem[], resent: ReadonlySet<FailureItem>): Promise<Map<FailureItem, MissedFailure>> {
     const states = new Map((await this.driver.operations.jobStates({ ids: items.map((i) => i.job.id) })).map((s) => [s.id, s]));
-    const stored = new Map<FailureItem, Date>();
-    for (const i of items) {
-      const s = states.get(i.job.id);
-      if (s?.state === i.failure.state && s.attempt === i.failure.attempt - (i.failure.refundAttempt ? 1 : 0)) stored.set(i, s.scheduledAt);
+    return new Map(items.map((item): [FailureItem, MissedFailure] => {
+      const { job, failure } = item;
+      const s = states.get(job.id);
+      if (!s) return [item, { kind: 'elsewhere', now: 'gone' }];
+      if (resent.has(item) && s.state === failure.state && s.attempt === failure.attempt - (failure.refundAttempt ? 1 : 0)) {
+        return [item, { kind: 'stored', retryAt: s.scheduledAt }];
+      }
+      if (s.state === 'completed' && s.attempt === job.attempt) return [item, { kind: 'completed' }];
+      return [item, { kind: 'elsewhere', now: `${s.state}, attempt ${s.attempt}` }];
+    }));
+  }
+
+  private reportMissed(item: FailureItem, found: MissedFailure): void {
+    const { job, failure } = item;
+    const fields = { job_id: job.id, attempt: job.attempt, err: failure.error.message };
+    switch (found.kind) {
+      case 'stored':
+        return this.emitFailed(job, failure, item.discarded, found.retryAt);
+      case 'completed':
+        // Not the lease: the job was this attempt's all along, and it completed.
+        this.deps.log.warn(
+          { ...fields, now: `completed, attempt ${job.attempt}` },
+          'a job\'s completion had committed although its reply was lost, so its run failed waiting for it; the job is completed, once, and this failure is not recorded',
+        );
+        return this.emitCompleted({ job, durationMs: item.durationMs });
+      case 'elsewhere':
+        this.deps.log.warn(
+          { ...fields, now: found.now },
+          'a job failed after its lease expired; the rescuer had already returned it to the queue, so this run\'s failure is not recorded',
+        );
     }
-    return stored;
   }
 
   private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean, retryAt: Date | null): void {
@@ -728,6 +751,14 @@ export class Worker {
     });
   }
 }
+
+/**
+ * A failure the write left alone, by how its job was found. stored: an earlier write of it, whose
+ * reply was lost, had stored it. completed: completed at this very attempt (a transactional
+ * handler's commit went through, its reply was lost, and the run failed waiting for it).
+ * elsewhere: no longer this attempt's (its lease expired and the rescuer returned it).
+ */
+type MissedFailure = { kind: 'stored'; retryAt: Date } | { kind: 'completed' } | { kind: 'elsewhere'; now: string };
 
 /** The job's event is gone (retention deleted it before the job ran): the job is discarded, as no attempt could succeed. */
 export class MissingEventError extends Error {
