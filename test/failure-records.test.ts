@@ -7,7 +7,8 @@ import { Batcher } from '../src/core/batcher.js';
 import { storable } from '../src/core/errors-format.js';
 import { defineEvents, permanent, retryAfter } from '../src/index.js';
 import { MaintenanceLane, ServiceRunner } from '../src/maintenance/service.js';
-import { describeTargets, quickBackoff, testBus } from './helpers/db.js';
+import { describeTargets, postgresTarget, quickBackoff, testBus } from './helpers/db.js';
+import { replyLosingProxy } from './helpers/faults.js';
 import { receiver } from './helpers/http.js';
 import { captureLogger } from './helpers/log.js';
 import { deferred } from './helpers/signals.js';
@@ -217,6 +218,40 @@ describeTargets('failure records on $name', (target) => {
     expect(attempt).toEqual({ outcome: 'success', response_excerpt: 'ok\uFFFD\u0001' });
   });
 });
+
+it.runIf(postgresTarget.available)('a transactional handler whose COMMIT reply is lost: its run fails waiting, yet the job is completed once, reported completed once, and the log says so (not that the rescuer took it)', async () => {
+  const proxy = await replyLosingProxy();
+  const lines: Record<string, unknown>[] = [];
+  const bus = await testBus(postgresTarget, events, {
+    database: { postgres: proxy.url, poolSize: 4, queryTimeoutMs: 1000 }, logger: captureLogger(lines),
+  });
+  const s = `"${bus.schema}"`;
+  await postgresTarget.query(`create table ${s}.effects (n int, attempt int)`);
+  bus.on('task.queued', 'ledger', async (e, ctx) => {
+    await ctx.tx!.query(`insert into ${s}.effects values ($1, $2)`, [e.payload.n, ctx.attempt]);
+    // The server commits this transaction; its answer never reaches rea.
+    proxy.loseCommitReplyAfter('lose-this-commit');
+    await ctx.tx!.query(`select 'lose-this-commit'`);
+  }, { transactional: true, timeoutMs: 1000, maxAttempts: 3 });
+  const signals: string[] = [];
+  for (const name of ['job:completed', 'job:failed', 'job:discarded'] as const) {
+    bus.lifecycle.on(name, (e) => void signals.push(`${name} ${e.attempt}`));
+  }
+  const completed = bus.lifecycle.waitFor('job:completed', undefined, 15_000);
+  await bus.start();
+  const id = await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 7 }));
+  await completed;
+  const told = (l: Record<string, unknown>) => l.level === 'warn' && String(l.msg).startsWith('a job\'s completion had committed although its reply was lost');
+  await expect.poll(() => lines.some(told)).toBe(true);
+  expect(lines.find(told)).toMatchObject({ attempt: 1, now: 'completed, attempt 1' });
+  // Before: 'a job failed after its lease expired; the rescuer had already returned it', of a job
+  // whose lease had not expired and that had completed, and no job:completed at all.
+  expect(lines.some((l) => String(l.msg).includes('lease expired'))).toBe(false);
+  expect((await bus.jobs.forEvent(id))[0]).toMatchObject({ state: 'completed', attempt: 1 });
+  expect(await postgresTarget.query(`select n, attempt from ${s}.effects`)).toEqual([{ n: 7, attempt: 1 }]);
+  await bus.stop();
+  expect(signals).toEqual(['job:completed 1']);
+}, 30_000);
 
 describe('storable text', () => {
   it('keeps valid text (pairs included) and replaces only NUL and lone surrogates', () => {

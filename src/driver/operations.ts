@@ -137,5 +137,5 @@ export interface OperationsExecutor {
    * another job of the same handler for the same event that waits or runs (jobRetry leaves a
    * job alone while there is one), or null.
    */
-  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; eventFound: boolean; waitingJobId: string | null }[]>;
+  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; scheduledAt: Date; eventFound: boolean; waitingJobId: string | null }[]>;
 }

@@ -130,8 +130,10 @@ export interface InlineJobRow {
   state: 'running' | 'available' | 'retryable' | 'discarded';
   /** 1 once it ran (running, or a failure counted), 0 when never started or the attempt was refunded. */
   attempt: number;
-  /** When a retryable job is due; null: now. */
+  /** When a retryable job is due, by an injected clock; null: now, or retryInMs after it. */
   scheduledAt: Date | null;
+  /** As JobFailure.retryInMs: due this long after the statement's now() (when scheduledAt is null). */
+  retryInMs?: number;
   error: JobErrorEntry | null;
 }
 
@@ -199,9 +201,17 @@ export interface JobErrorEntry {
 export interface JobFailure {
   id: string;
   attempt: number;
-  /** 'retryable' schedules another attempt at `scheduledAt`; 'discarded' ends the job. */
+  /** 'retryable' schedules another attempt at `scheduledAt`, or `retryInMs` from now; 'discarded' ends the job. */
   state: 'retryable' | 'discarded';
+  /** A time of the injected clock (tests); null where the database's clock decides. */
   scheduledAt: Date | null;
+  /**
+   * With scheduledAt null: the next attempt is due this many ms after the statement's now(), by
+   * the database's clock, which the claim compares scheduled_at with; a time from the
+   * application host's clock would be off by that host's skew. Below 0 when the wait, counted
+   * from the failure, began before the statement.
+   */
+  retryInMs?: number;
   error: JobErrorEntry;
   /** The attempt does not count (a shutdown cut it short): the job's attempt goes back by one. */
   refundAttempt?: boolean;
@@ -287,7 +297,7 @@ export interface Executor {
    */
   eventInlineFinish(q: Queryable, params: {
     delivered: { eventId: string; handlers: string[] }[]; jobs: InlineJobRow[]; workerId: string; now: Date | null;
-  }): Promise<{ corrected: number; converted: number }>;
+  }): Promise<{ corrected: number; converted: number; retryAt: Map<string, Date> }>;
   /** Oldest unfanned, unpoisoned event ids, for the row-by-row retry of a failed round. */
   eventListUnfanned(params: { limit: number }): Promise<string[]>;
   /** Count a failed fan-out of one event; poison it when it reached `maxFanAttempts`. */
@@ -303,8 +313,11 @@ export interface Executor {
   jobClaim(params: { workerId: string; targets: ClaimTarget[]; limit: number; now: Date | null }): Promise<ClaimedJob[]>;
   /** Complete running jobs; a job whose attempt moved on (it was rescued) is left alone. */
   jobCompleteMany(q: Queryable | null, params: { jobs: { id: string; attempt: number }[]; now: Date | null }): Promise<number>;
-  /** Record failed attempts; returns the ids of the jobs written (one whose attempt moved on, as it was rescued, is left alone). */
-  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<string[]>;
+  /**
+   * Record failed attempts; returns the jobs written, with when each is due now (one whose attempt
+   * moved on, as it was rescued, is left alone).
+   */
+  jobFailMany(params: { failures: JobFailure[]; now: Date | null }): Promise<{ id: string; scheduledAt: Date }[]>;
   /**
    * Give claimed jobs that never started back to the queue, as if they had not been claimed;
    * returns the ids of the jobs released (one whose attempt moved on, as it was rescued, is left alone).

@@ -45,7 +45,8 @@ export interface InlineTarget extends HandOffTarget {
   /** leasedAt: when the round began (performance.now()); a job still running at its end is leased from then. */
   startInline(jobs: InlineJob[], leasedAt: number): InlineRound;
   closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> };
-  endInline(round: InlineRound, committed: boolean): void;
+  /** retryAt: when the round's retryable rows are due, as eventInlineFinish stored them. */
+  endInline(round: InlineRound, committed: boolean, retryAt?: ReadonlyMap<string, Date>): void;
 }
 
 /** How long the server lets an inline round's transaction sit idle before it ends it (a frozen process). */
@@ -238,6 +239,7 @@ export class Relay {
     let round: InlineRound | undefined;
     let reserved = true;
     let converted: InlineJobRow[] = [];
+    let retryAt: ReadonlyMap<string, Date> | undefined;
     let result: FanOutResult;
     // Before BEGIN, so no earlier than the statement's now(), from which handed-off jobs are leased
     // (and inline jobs still running at the round's end: eventInlineFinish leases them from now()).
@@ -268,10 +270,10 @@ export class Relay {
         // The statement marked every inline delivery done; correct the events of those that were not.
         if (rows.length > 0) {
           const events = [...new Set(rows.map((x) => x.job.event.id))];
-          await this.driver.executor.eventInlineFinish(q, {
+          ({ retryAt } = await this.driver.executor.eventInlineFinish(q, {
             delivered: events.map((eventId) => ({ eventId, handlers: delivered.get(eventId) ?? [] })),
             jobs: rows, workerId: handOff.workerId, now: this.deps.clock.now(),
-          });
+          }));
         }
         return r;
       });
@@ -282,7 +284,7 @@ export class Relay {
       this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
       return this.outcome(await this.rowByRow());
     }
-    handOff.endInline(round!, true);
+    handOff.endInline(round!, true, retryAt);
     handOff.handOver(result.handedOff, leasedAt);
     // Running rows stay this worker's, discarded ones are done: neither waits in the queue.
     const held = converted.filter((r) => r.state === 'running' || r.state === 'discarded').length;

@@ -6,9 +6,24 @@
 // Should the round's transaction fail, nothing of it was stored: its events are delivered again.
 import type { InlineJob, JobFailure } from '../driver/types.js';
 
+/**
+ * A retry the database's clock dates (no clock injected): due `delayMs` after the failure, at
+ * `failedAt` (performance.now()). The statement that stores it turns this into
+ * JobFailure.retryInMs, less the time gone since the failure.
+ */
+export interface RetryWait {
+  delayMs: number;
+  failedAt: number;
+}
+
+/** What a retry wait comes to for a statement sent now. */
+export function retryInMs(wait: RetryWait): number {
+  return wait.delayMs - (performance.now() - wait.failedAt);
+}
+
 export type InlineOutcome =
   | { kind: 'succeeded'; durationMs: number }
-  | { kind: 'failed'; failure: JobFailure; discarded: boolean }
+  | { kind: 'failed'; failure: JobFailure; discarded: boolean; durationMs: number; wait?: RetryWait }
   /** Handed back unstarted (the worker stopped): it goes to the queue. */
   | { kind: 'released' };
 

@@ -2,7 +2,6 @@
 // inside its event's trace with a timeout, then complete or fail them in batches (one statement
 // per batch, not per job).
 import type { Clock } from '../core/clock.js';
-import { appNow } from '../core/clock.js';
 import { defaultHandlerBackoff, MAX_RETRY_DELAY_MS } from '../core/backoff.js';
 import { Batcher } from '../core/batcher.js';
 import { describeFailure, errorMessage } from '../core/errors-format.js';
@@ -15,7 +14,7 @@ import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJ
 import { JobAbort } from './abort.js';
 import { JobCounts } from './counts.js';
 import type { JobChannel } from './channel.js';
-import { InlineRound, type InlineOutcome } from './inline.js';
+import { InlineRound, retryInMs, type InlineOutcome, type RetryWait } from './inline.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -55,6 +54,10 @@ interface FailureItem {
   failure: JobFailure;
   job: ClaimedJob;
   discarded: boolean;
+  /** How long the run took until it failed (what job:completed says, should the job turn out completed). */
+  durationMs: number;
+  /** A retry the database's clock dates: failure.retryInMs is set from it at each write. */
+  wait?: RetryWait;
   /** A stand-in record for one the database refused (see the failures batcher's isolate). */
   refused?: boolean;
   /** A write of it was sent before (and failed, or its reply was lost). */
@@ -145,23 +148,21 @@ export class Worker {
       maxBatch: options.completionBatchSize,
       write: async (items) => {
         await this.claimsEnded;
-        // Sent before: a write whose reply was lost may have stored them already (see failedByThisAttempt).
-        const resent = items.filter((i) => i.sent);
+        // Sent before: a write whose reply was lost may have stored them already (see missedFailures).
+        const resent = new Set(items.filter((i) => i.sent));
         for (const item of items) item.sent = true;
-        const written = new Set(await driver.executor.jobFailMany({ failures: items.map((i) => i.failure), now: deps.clock.now() }));
-        // Fewer rows than failures: some were no longer this attempt's running job (the lease
-        // expired and the rescuer returned it, another worker may run it now). Only what this
-        // attempt recorded is reported as failed or discarded.
-        const missed = resent.filter((i) => !written.has(i.job.id));
-        const stored = missed.length > 0 ? await this.failedByThisAttempt(missed) : new Set<FailureItem>();
+        const failures = items.map((i) => (i.wait ? { ...i.failure, retryInMs: retryInMs(i.wait) } : i.failure));
+        const written = new Map((await driver.executor.jobFailMany({ failures, now: deps.clock.now() })).map((r) => [r.id, r.scheduledAt]));
+        // Fewer rows than failures: some were no longer this attempt's running job. Only what this
+        // attempt recorded is reported as failed or discarded; the rest are told apart by how the
+        // write found them. Looked up before any signal, so a lookup that fails (the batch is
+        // written again) has announced nothing twice.
+        const missed = items.filter((i) => !written.has(i.job.id));
+        const found = missed.length > 0 ? await this.missedFailures(missed, resent) : new Map<FailureItem, MissedFailure>();
         for (const item of items) {
-          if (written.has(item.job.id) || stored.has(item)) this.emitFailed(item.job, item.failure, item.discarded);
-          else {
-            deps.log.warn(
-              { job_id: item.job.id, attempt: item.job.attempt, err: item.failure.error.message },
-              'a job failed after its lease expired; the rescuer had already returned it to the queue, so this run\'s failure is not recorded',
-            );
-          }
+          const retryAt = written.get(item.job.id);
+          if (retryAt !== undefined) this.emitFailed(item.job, item.failure, item.discarded, retryAt);
+          else this.reportMissed(item, found.get(item)!);
         }
       },
       onError: (err) => this.writeFailed(err, 'writing job failures failed; will retry'),
@@ -381,8 +382,11 @@ export class Worker {
         if (names) names.push(job.target);
         else delivered.set(job.event.id, [job.target]);
       } else if (outcome?.kind === 'failed') {
-        const { failure } = outcome;
-        rows.push({ job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt, error: failure.error });
+        const { failure, wait } = outcome;
+        rows.push({
+          job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt,
+          ...(wait ? { retryInMs: retryInMs(wait) } : {}), error: failure.error,
+        });
       } else if (outcome?.kind === 'released' || !this.active.has(job.id)) {
         if (!outcome) unstarted.add(job.id);
         rows.push({ job, state: 'available', attempt: 0, scheduledAt: null, error: null });
@@ -406,8 +410,9 @@ export class Worker {
    * The round's transaction ended. Committed: report what the round settled, and send outcomes
    * that came while it closed down the usual path (their rows exist now). Not committed: nothing
    * of the round exists, its events are delivered again, and its outcomes are dropped.
+   * retryAt: when the round's retryable rows are due, as stored (eventInlineFinish).
    */
-  endInline(round: InlineRound, committed: boolean): void {
+  endInline(round: InlineRound, committed: boolean, retryAt?: ReadonlyMap<string, Date>): void {
     round.state = committed ? 'committed' : 'failed';
     if (!committed) {
       if (round.outcomes.size + round.late.length > 0) {
@@ -418,7 +423,7 @@ export class Worker {
     for (const [id, outcome] of round.outcomes) {
       const job = round.jobs.get(id)!;
       if (outcome.kind === 'succeeded') this.emitCompleted({ job, durationMs: outcome.durationMs });
-      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded);
+      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded, retryAt?.get(id) ?? null);
     }
     for (const { job, outcome } of round.late) this.settle(job, outcome);
   }
@@ -434,7 +439,10 @@ export class Worker {
       }
     }
     if (outcome.kind === 'succeeded') this.completions.push({ job, durationMs: outcome.durationMs });
-    else if (outcome.kind === 'failed') this.failures.push({ failure: outcome.failure, job, discarded: outcome.discarded });
+    else if (outcome.kind === 'failed') {
+      const { failure, discarded, durationMs, wait } = outcome;
+      this.failures.push({ failure, job, discarded, durationMs, ...(wait ? { wait } : {}) });
+    }
     else this.releases.push(job);
   }
 
@@ -618,36 +626,45 @@ export class Worker {
       }
     } catch (thrown) {
       const err = abort.aborted ? abort.reason : thrown;
-      this.fail(job, channel, err, log);
+      this.fail(job, channel, err, log, performance.now() - started);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger): void {
-    const now = appNow(this.deps.clock);
+  private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger, durationMs: number): void {
+    const injected = this.deps.clock.now();
+    const now = injected?.getTime() ?? Date.now();
     const entry = {
       at: new Date(now).toISOString(),
       attempt: job.attempt,
       ...describeFailure(err),
     };
     let state: 'retryable' | 'discarded';
-    let scheduledAt: Date | null = null;
+    let delayMs: number | null = null;
     if (err instanceof WorkerStoppingError) {
       // A shutdown is not the handler's fault: run it again at once, elsewhere, and do not count
       // the attempt (at the last attempt, counting it would leave the job one try short).
       state = 'retryable';
-      scheduledAt = new Date(now);
+      delayMs = 0;
     } else if (isPermanent(err) || err instanceof MissingEventError || job.attempt >= job.maxAttempts) {
       state = 'discarded';
     } else {
       state = 'retryable';
-      scheduledAt = new Date(now + this.retryDelayMs(job, channel, err, log));
+      delayMs = this.retryDelayMs(job, channel, err, log);
     }
-    log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: scheduledAt?.toISOString() ?? null }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
+    // The claim compares scheduled_at with the database's clock, so the retry is dated by it: the
+    // write stores now() + the delay (less the time since the failure). A time taken from this
+    // host's clock was off by the host's skew: 2 min ahead made a 1 s backoff 2 min, 2 min behind
+    // ran the next attempt at once. An injected clock (tests) dates it itself, as the SQL takes its time.
+    const scheduledAt = delayMs !== null && injected ? new Date(now + delayMs) : null;
+    const wait = delayMs !== null && !injected ? { delayMs, failedAt: performance.now() } : undefined;
+    // retry_at by this host's clock, as the log's own time is.
+    const retryAt = delayMs === null ? null : new Date(now + delayMs).toISOString();
+    log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: retryAt }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
     const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
     if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
-    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded' });
+    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded', durationMs, ...(wait ? { wait } : {}) });
   }
 
   /**
@@ -683,22 +700,49 @@ export class Worker {
     });
   }
 
-  /** Failures sent before, now found as their write left them (its reply was lost, then the retry changed nothing). */
-  private async failedByThisAttempt(items: FailureItem[]): Promise<Set<FailureItem>> {
+  /** How the jobs of failures the write left alone were found (see MissedFailure). */
+  private async missedFailures(items: FailureItem[], resent: ReadonlySet<FailureItem>): Promise<Map<FailureItem, MissedFailure>> {
     const states = new Map((await this.driver.operations.jobStates({ ids: items.map((i) => i.job.id) })).map((s) => [s.id, s]));
-    return new Set(items.filter((i) => {
-      const s = states.get(i.job.id);
-      return s?.state === i.failure.state && s.attempt === i.failure.attempt - (i.failure.refundAttempt ? 1 : 0);
+    return new Map(items.map((item): [FailureItem, MissedFailure] => {
+      const { job, failure } = item;
+      const s = states.get(job.id);
+      if (!s) return [item, { kind: 'elsewhere', now: 'gone' }];
+      if (resent.has(item) && s.state === failure.state && s.attempt === failure.attempt - (failure.refundAttempt ? 1 : 0)) {
+        return [item, { kind: 'stored', retryAt: s.scheduledAt }];
+      }
+      if (s.state === 'completed' && s.attempt === job.attempt) return [item, { kind: 'completed' }];
+      return [item, { kind: 'elsewhere', now: `${s.state}, attempt ${s.attempt}` }];
     }));
   }
 
-  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean): void {
+  private reportMissed(item: FailureItem, found: MissedFailure): void {
+    const { job, failure } = item;
+    const fields = { job_id: job.id, attempt: job.attempt, err: failure.error.message };
+    switch (found.kind) {
+      case 'stored':
+        return this.emitFailed(job, failure, item.discarded, found.retryAt);
+      case 'completed':
+        // Not the lease: the job was this attempt's all along, and it completed.
+        this.deps.log.warn(
+          { ...fields, now: `completed, attempt ${job.attempt}` },
+          'a job\'s completion had committed although its reply was lost, so its run failed waiting for it; the job is completed, once, and this failure is not recorded',
+        );
+        return this.emitCompleted({ job, durationMs: item.durationMs });
+      case 'elsewhere':
+        this.deps.log.warn(
+          { ...fields, now: found.now },
+          'a job failed after its lease expired; the rescuer had already returned it to the queue, so this run\'s failure is not recorded',
+        );
+    }
+  }
+
+  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean, retryAt: Date | null): void {
     const e = {
       jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message,
       ...(failure.error.name ? { errorName: failure.error.name } : {}), kind: job.kind,
     };
     if (discarded) this.deps.lifecycle.emit('job:discarded', e);
-    else this.deps.lifecycle.emit('job:failed', { ...e, retryAt: failure.scheduledAt });
+    else this.deps.lifecycle.emit('job:failed', { ...e, retryAt });
   }
 
   private emitCompleted(d: Done): void {
@@ -707,6 +751,14 @@ export class Worker {
     });
   }
 }
+
+/**
+ * A failure the write left alone, by how its job was found. stored: an earlier write of it, whose
+ * reply was lost, had stored it. completed: completed at this very attempt (a transactional
+ * handler's commit went through, its reply was lost, and the run failed waiting for it).
+ * elsewhere: no longer this attempt's (its lease expired and the rescuer returned it).
+ */
+type MissedFailure = { kind: 'stored'; retryAt: Date } | { kind: 'completed' } | { kind: 'elsewhere'; now: string };
 
 /** The job's event is gone (retention deleted it before the job ran): the job is discarded, as no attempt could succeed. */
 export class MissingEventError extends Error {

@@ -1,6 +1,6 @@
 // Fault injection in the real database (for tests that need an event the relay cannot fan out, or a
-// lock held) and in front of it (a proxy that stops forwarding).
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+// lock held) and in front of it (a proxy that stops forwarding, one that loses a COMMIT's reply).
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import pg from 'pg';
 import { expect, onTestFinished } from 'vitest';
 import { PG_URL, type Target } from './db.js';
@@ -109,16 +109,9 @@ export async function stallingProxy(): Promise<StallingProxy> {
     forward(server, client);
     if (stalled) for (const s of pair) caught.add(s);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = new URL(PG_URL);
-  url.hostname = '127.0.0.1';
-  url.port = String((server.address() as AddressInfo).port);
-  onTestFinished(async () => {
-    for (const s of sockets) s.destroy();
-    await new Promise((resolve) => server.close(resolve));
-  });
+  const url = await listenUntilTestEnds(server, sockets);
   return {
-    url: url.toString(),
+    url,
     stall: () => {
       stalled = true;
       for (const s of sockets) caught.add(s);
@@ -140,4 +133,65 @@ export async function stallingProxy(): Promise<StallingProxy> {
       held.splice(0);
     },
   };
+}
+
+export interface ReplyLosingProxy {
+  /** PG_URL, through the proxy. */
+  url: string;
+  /**
+   * The connection that next sends a message containing `marker` (a statement of a transaction,
+   * `select 'marker'`) has its next COMMIT go through to the server, and every reply from then
+   * on lost: the commit happens, and the client waits for an answer that never comes.
+   */
+  loseCommitReplyAfter(marker: string): void;
+}
+
+/** A TCP proxy in front of PostgreSQL that can lose a COMMIT's reply; closed when the test ends. */
+export async function replyLosingProxy(): Promise<ReplyLosingProxy> {
+  const upstream = new URL(PG_URL);
+  let marker: string | undefined;
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const server = connect(Number(upstream.port || 5432), upstream.hostname);
+    for (const s of [client, server]) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.on('close', () => {
+        client.destroy();
+        server.destroy();
+        sockets.delete(s);
+      });
+    }
+    let armed = false;
+    let silent = false;
+    client.on('data', (data: Buffer) => {
+      const text = data.toString('latin1');
+      if (marker !== undefined && text.includes(marker)) {
+        marker = undefined;
+        armed = true;
+      } else if (armed && /\bcommit\b/i.test(text)) {
+        armed = false;
+        silent = true;
+      }
+      server.write(data);
+    });
+    server.on('data', (data: Buffer) => {
+      if (!silent) client.write(data);
+    });
+  });
+  const url = await listenUntilTestEnds(server, sockets);
+  return { url, loseCommitReplyAfter: (m) => void (marker = m) };
+}
+
+/** Start a proxy on a free local port; PG_URL through it. The test's end closes it and its connections. */
+async function listenUntilTestEnds(server: Server, sockets: Set<Socket>): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(PG_URL);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as AddressInfo).port);
+  onTestFinished(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return url.toString();
 }

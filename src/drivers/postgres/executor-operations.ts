@@ -203,8 +203,8 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     if (p.ids.length === 0) return [];
     const { rows } = await this.pool.query<Row>(this.sql.jobStates, [p.ids]);
     return rows.map((r) => ({
-      id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), eventFound: r.event_found === true,
-      waitingJobId: (r.waiting_job_id as string | null) ?? null,
+      id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), scheduledAt: r.scheduled_at as Date,
+      eventFound: r.event_found === true, waitingJobId: (r.waiting_job_id as string | null) ?? null,
     }));
   }
 }

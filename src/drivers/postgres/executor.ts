@@ -111,17 +111,19 @@ export class PostgresExecutor implements Executor {
 
   async eventInlineFinish(q: Queryable, p: {
     delivered: { eventId: string; handlers: string[] }[]; jobs: InlineJobRow[]; workerId: string; now: Date | null;
-  }): Promise<{ corrected: number; converted: number }> {
+  }): Promise<{ corrected: number; converted: number; retryAt: Map<string, Date> }> {
     const sep = String.fromCharCode(31);
     const jobs = p.jobs.map((r) => ({
       id: r.job.id, event_id: r.job.event.id, target: r.job.target, state: r.state, attempt: r.attempt,
       max_attempts: r.job.maxAttempts, priority: r.job.priority, coalesced: r.job.coalesced, lease_ms: r.job.leaseMs,
-      scheduled_at: r.scheduledAt?.toISOString() ?? null, error: r.error,
+      scheduled_at: r.scheduledAt?.toISOString() ?? null, retry_in_ms: r.retryInMs ?? null, error: r.error,
     }));
     const { rows } = await q.query<Row>(this.sql.eventInlineFinish, [
       p.delivered.map((d) => d.eventId), p.delivered.map((d) => d.handlers.join(sep)), JSON.stringify(jobs), p.workerId, p.now,
     ]);
-    return { corrected: rows[0]!.corrected as number, converted: rows[0]!.converted as number };
+    const r = rows[0]!;
+    const retryAt = new Map<string, Date>(Object.entries((r.retry_at ?? {}) as Record<string, string>).map(([id, at]) => [id, new Date(at)]));
+    return { corrected: r.corrected as number, converted: r.converted as number, retryAt };
   }
 
   async eventListUnfanned(p: { limit: number }): Promise<string[]> {
@@ -210,14 +212,14 @@ export class PostgresExecutor implements Executor {
     return affected(res);
   }
 
-  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<string[]> {
+  async jobFailMany(p: { failures: JobFailure[]; now: Date | null }): Promise<{ id: string; scheduledAt: Date }[]> {
     if (p.failures.length === 0) return [];
     const f = p.failures;
     const { rows } = await this.pool.query<Row>(this.sql.jobFailMany, [
       f.map((x) => x.id), f.map((x) => x.attempt), f.map((x) => x.state), f.map((x) => x.scheduledAt),
-      f.map((x) => JSON.stringify(x.error)), p.now, f.map((x) => x.refundAttempt === true),
+      f.map((x) => JSON.stringify(x.error)), p.now, f.map((x) => x.refundAttempt === true), f.map((x) => x.retryInMs ?? null),
     ]);
-    return rows.map((r) => r.id as string);
+    return rows.map((r) => ({ id: r.id as string, scheduledAt: r.scheduled_at as Date }));
   }
 
   async jobReleaseMany(p: { jobs: { id: string; attempt: number }[] }): Promise<string[]> {

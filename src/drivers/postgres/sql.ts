@@ -479,17 +479,19 @@ with corrected as (
                          scheduled_at, attempted_at, attempted_by, finalized_at, lease_expires_at, errors)
   overriding system value
   select j.id, j.event_id, 'handler', j.target, j.state, j.attempt, j.max_attempts, j.priority, j.coalesced, j.lease_ms,
-         coalesce(j.scheduled_at, $5::timestamptz, now()),
+         coalesce(j.scheduled_at, coalesce($5::timestamptz, now()) + coalesce(j.retry_in_ms, 0) * interval '1 millisecond'),
          case when j.attempt > 0 then coalesce($5::timestamptz, now()) end,
          case when j.attempt > 0 then $4::text end,
          case when j.state = 'discarded' then coalesce($5::timestamptz, now()) end,
          case when j.state = 'running' then coalesce($5::timestamptz, now()) + j.lease_ms * interval '1 millisecond' end,
          case when j.error is null then '[]'::jsonb else jsonb_build_array(j.error) end
   from json_to_recordset($3::json) as j(id bigint, event_id uuid, target text, state text, attempt int, max_attempts int,
-                                         priority smallint, coalesced int, lease_ms int, scheduled_at timestamptz, error jsonb)
-  returning 1
+                                         priority smallint, coalesced int, lease_ms int, scheduled_at timestamptz,
+                                         retry_in_ms double precision, error jsonb)
+  returning id, state, scheduled_at
 )
-select (select count(*) from corrected)::int as corrected, (select count(*) from converted)::int as converted`,
+select (select count(*) from corrected)::int as corrected, (select count(*) from converted)::int as converted,
+       (select json_object_agg(id::text, scheduled_at) from converted where state = 'retryable') as retry_at`,
 
     eventListUnfanned: /* sql */ `
 select id::text as id from ${s}.events e
@@ -606,19 +608,21 @@ where j.id = d.id and j.attempt = d.attempt and j.state = d.running
 returning j.id::text as id`,
 
     // refund: the attempt does not count (a shutdown cut it short), so the job keeps all its tries.
+    // A retry is due at the injected clock's time (scheduled_at), or retry_in_ms after now(): the
+    // clock the claim compares scheduled_at with, not the application host's.
     jobFailMany: /* sql */ `
-${runningBatch(`unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[], $7::boolean[])
-  as d(id, attempt, state, scheduled_at, error, refund)`)}
+${runningBatch(`unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[], $7::boolean[], $8::double precision[])
+  as d(id, attempt, state, scheduled_at, error, refund, retry_in_ms)`)}
 update ${s}.jobs j
 set state = d.state,
     attempt = j.attempt - case when d.refund then 1 else 0 end,
-    scheduled_at = coalesce(d.scheduled_at, j.scheduled_at),
+    scheduled_at = coalesce(d.scheduled_at, coalesce($6::timestamptz, now()) + d.retry_in_ms * interval '1 millisecond', j.scheduled_at),
     finalized_at = case when d.state = 'discarded' then coalesce($6::timestamptz, now()) end,
     lease_expires_at = null,
     errors = j.errors || jsonb_build_array(d.error)
 from d
 where j.id = d.id and j.attempt = d.attempt and j.state = d.running
-returning j.id::text as id`,
+returning j.id::text as id, j.scheduled_at`,
 
     jobRescue: /* sql */ `
 with stuck as (
