@@ -3,7 +3,7 @@
 // job reaches its handler (hand-off, claim, retry, inline). Events stored without a span (older
 // rows, a trace id given without one, a capture trigger's) keep a made-up parent in their trace;
 // a trace id that is no W3C one gives none.
-import { context, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
+import { context, propagation, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -150,6 +150,27 @@ describeTargets('the OpenTelemetry parent on $name', (target) => {
     expect(handled.parent).toBeUndefined();
     expect(handled.spanContext().traceId).not.toBe(recording.traceId);
     expect(await storedTraces(target, bus.schema)).toEqual([{ type: 'order.created', trace_id: 'order-42', span_id: null, trace_flags: null }]);
+  });
+
+  test("a handler runs in its event's trace alone: not in the context of whoever started the bus, nor its baggage", async () => {
+    // The worker's loops inherited the context bus.start() was called in (a boot span, a request's
+    // tenant baggage), and every handler ran in it: the boot span was the parent of handlers whose
+    // events had no W3C trace, and every handler read the baggage of the code that started the bus.
+    const bus = await testBus(target, events);
+    const seen = deferred<{ active: SpanContext | undefined; baggage: string | undefined }>();
+    bus.on('order.created', 'ship', () => seen.resolve({
+      active: trace.getSpanContext(context.active()),
+      baggage: propagation.getBaggage(context.active())?.getEntry('tenant')?.value,
+    }));
+    const boot = propagation.setBaggage(context.active(), propagation.createBaggage({ tenant: { value: 'BOOT' } }));
+    await context.with(boot, () => tracer.startActiveSpan('boot', async (span) => {
+      await bus.start();
+      span.end();
+    }));
+    await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'B' }, { traceId: 'order-42' }));
+    const { active, baggage } = await seen.promise;
+    expect(active).toBeUndefined();
+    expect(baggage).toBeUndefined();
   });
 
   test('record() stores the active span only in the event\'s own trace, by every way it writes', async () => {

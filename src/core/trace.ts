@@ -145,7 +145,9 @@ export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
   // Without a context manager a span context would go nowhere: skip making one (it cost a
   // context copy and a random span id per job).
   if (!otelContextManager()) return storage.run(scope, fn);
-  let otelContext = context.active();
+  // From the root, not context.active(): the worker's loops inherit the context bus.start() (or
+  // the wake-up of a request) was called in, and its span and baggage would be every handler's.
+  let otelContext = ROOT_CONTEXT;
   // Any other trace id (an order number, a request id) is rea's alone: its log lines carry it, but
   // it cannot be an OpenTelemetry trace, so the handler's spans get no parent from it.
   const traceId = w3cTraceId(scope.traceId);
