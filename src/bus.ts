@@ -21,7 +21,7 @@ import { throttled } from './core/throttle.js';
 import { busOptionsSchema, checkDatabaseOptions, DEFAULTS, handlerOptionsSchema, knownOptions, MAX_TIMER_MS, validateWith, type HandlerOptions } from './core/options.js';
 import { activeSpanContext, currentTraceId, newTraceId, normalizeTraceId, spanInTrace } from './core/trace.js';
 import { uuidv7 } from './core/uuid.js';
-import type { Driver, EventInsert, EventRow, JobRow, StatusCounts } from './driver/types.js';
+import type { Driver, EventInsert, EventRow, JobRow, Queryable, StatusCounts } from './driver/types.js';
 import type { EventSummary, HandlerSummary, JobSummary } from './driver/admin.js';
 import { eventListParams, isUuid, jobListParams, pageOf, rejectUnknownFilterKeys, type EventListFilter, type JobListFilter, type Page } from './core/filters.js';
 import { LATEST_MIGRATION, notifyChannel } from './drivers/postgres/common.js';
@@ -449,8 +449,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     throw explainedErr instanceof DatabaseError && explainedErr.kind === 'not-migrated' ? explainedErr : err;
   };
 
-  const recordInto = async (tx: unknown, rows: EventInsert[], caller: string) => {
-    const q = driver.unwrapTransaction(tx, caller);
+  /** q: what driver.unwrapTransaction(tx) gave, asked before the events were prepared. */
+  const recordInto = async (tx: unknown, q: Queryable, rows: EventInsert[]) => {
     // In this bus's bus.transaction the rows may wait for COMMIT and travel with it (see TransactionState).
     if (!(isReaTransaction(tx) && deferInto(tx, rows, driver))) await driver.executor.eventInsertMany(q, rows).catch(rejectNotMigrated);
     if (isReaTransaction(tx)) noteRecorded(tx, rows.length);
@@ -580,12 +580,16 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     },
 
     async record(tx, type, payload, opts) {
+      // The handle first: record('order.created', payload), the tx forgotten, said the type was
+      // '[object Object]', an unknown event type.
+      const q = driver.unwrapTransaction(tx, 'record()');
       const row = await prepare(type, payload, opts, activeSpanContext());
-      await recordInto(tx, [row], 'record()');
+      await recordInto(tx, q, [row]);
       return row.id;
     },
 
     async recordMany(tx, items) {
+      const q = driver.unwrapTransaction(tx, 'recordMany()');
       if (!Array.isArray(items)) throw new OptionsError('recordMany(items)', 'must be an array of { type, payload, subject? }');
       const rows: EventInsert[] = [];
       const active = activeSpanContext();
@@ -593,7 +597,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         if (typeof item !== 'object' || item === null) throw new OptionsError(`recordMany(items)[${i}]`, 'must be an object { type, payload, subject? }');
         rows.push(await prepare(item.type, item.payload, item, active, `recordMany(items)[${i}]`, RECORD_ITEM_KEYS));
       }
-      if (rows.length > 0) await recordInto(tx, rows, 'recordMany()');
+      if (rows.length > 0) await recordInto(tx, q, rows);
       return rows.map((r) => r.id);
     },
 

@@ -464,6 +464,13 @@ describeTargets('record on $name', (target) => {
     }
     const notTx = await bus.record({} as unknown, 'order.created', { orderNo: 'P', total: 1 }).catch((e) => e);
     expect(notTx).toBeInstanceOf(UnsupportedTransactionError);
+    // The tx forgotten (JavaScript, or a caller typed any): said as such, not as an unknown event
+    // type '[object Object]'.
+    const forgotten = await (bus.record as (...a: unknown[]) => Promise<string>)('order.created', { orderNo: 'P', total: 1 }).catch((e) => e);
+    expect(forgotten).toBeInstanceOf(UnsupportedTransactionError);
+    expect(forgotten.message).toMatch(/^record\(\) needs a transaction/);
+    const forgottenMany = await (bus.recordMany as (...a: unknown[]) => Promise<string[]>)([{ type: 'order.created', payload: { orderNo: 'P', total: 1 } }]).catch((e) => e);
+    expect(forgottenMany).toBeInstanceOf(UnsupportedTransactionError);
   });
 
   // On PostgreSQL bus.transaction holds its events back to send them with COMMIT: another bus's
