@@ -604,7 +604,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     async transaction(fn) {
       if (state === 'stopped') throw new BusStateError('the bus has been stopped');
       const txState: TransactionState = { open: true, owner: driver };
+      let entered = false;
       const result = await driver.transaction(async (q, raw) => {
+        entered = true;
         if (driver.capabilities.deferredRecord) {
           txState.pending = [];
           txState.flush = (rows) => driver.executor.eventInsertMany(q, rows);
@@ -616,7 +618,13 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         } finally {
           txState.open = false;
         }
-      }, { pendingEvents: () => txState.pending?.splice(0) ?? [] }).catch(rejectNotMigrated);
+      }, { pendingEvents: () => txState.pending?.splice(0) ?? [] }).catch((err: unknown) => {
+        // Before the callback ran (no connection, a database that does not exist, a login
+        // refused) nothing of the application's has happened: rea's DatabaseError says so, naming
+        // the server, as start() and migrate() do; it was pg's own error, or a bare ECONNREFUSED.
+        if (!entered) throw driver.explainError(err);
+        return rejectNotMigrated(err);
+      });
       const recorded = txState.recorded ?? 0;
       if (recorded > 0) {
         lifecycle.emit('transaction:committed', { events: recorded });

@@ -47,6 +47,31 @@ describe('connection settings', () => {
     }
   });
 
+  it.runIf(postgresTarget.available)("bus.transaction that cannot begin (no such database, nothing listening) rejects with rea's DatabaseError naming the server, not pg's error", async () => {
+    // It was pg's own DatabaseError (code 3D000), a class of the same name as rea's that
+    // instanceof ReaError did not know, or a bare ECONNREFUSED, where start() and migrate() said
+    // the same thing in rea's words.
+    const url = new URL(PG_URL);
+    url.password = SECRET;
+    url.pathname = `/no_such_db_${Date.now()}`;
+    const closed = await silentServer();
+    silent!.close();
+    for (const [postgres, kind] of [[url.toString(), 'refused'], [`postgres://postgres:${SECRET}@127.0.0.1:${closed}/shop`, 'unreachable']] as const) {
+      const bus = createBus({ database: { postgres, poolSize: 1 }, events });
+      try {
+        let ran = false;
+        const err = await bus.transaction(async () => void (ran = true)).then(() => null, (e: unknown) => e);
+        expect(ran).toBe(false);
+        expect(err).toBeInstanceOf(DatabaseError);
+        expect(err).toMatchObject({ code: 'ERR_DATABASE', kind });
+        expect((err as Error).message).toMatch(/PostgreSQL at 127\.0\.0\.1:\d+\/\w+ \(user postgres\)/);
+        expect((err as Error).message).not.toContain(SECRET);
+      } finally {
+        await bus.stop();
+      }
+    }
+  });
+
   it('connect_timeout, keepalives and keepalives_idle come from the URL, with defaults that do not wait for ever', () => {
     expect(socketSettings('postgres://db.internal/shop', 'f')).toEqual({ connectionTimeoutMillis: CONNECT_TIMEOUT_MS, keepAlive: true, keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS });
     expect(CONNECT_TIMEOUT_MS).toBe(10_000);
