@@ -177,7 +177,30 @@ for (const backend of backends) {
       );
       expect(defs.map((d) => d.tgname)).toEqual([`capture_${schema}_orders_delete`, `capture_${schema}_orders_insert`, `capture_${schema}_orders_update`]);
       const update = defs.find((d) => d.tgname.endsWith('_update'))?.def ?? '';
-      expect(update).toMatch(/AFTER UPDATE .* WHEN \(\(\(old\.status IS DISTINCT FROM new\.status\) OR \(old\.total IS DISTINCT FROM new\.total\)\)\)/);
+      expect(update).toMatch(/AFTER UPDATE .* WHEN \(\(\(\(old\.status IS DISTINCT FROM new\.status\) OR \(old\.total IS DISTINCT FROM new\.total\)\) AND \(num_nulls\(new\.id, new\.status, new\.total\) >= 0\)\)\)/);
+    });
+
+    // A payload column the triggers did not depend on could be dropped; every later insert,
+    // update and delete of the table then failed (record "new" has no field "total").
+    it('refuses to drop or retype a column the capture carries, and a rename fails the business write rather than record a null', async () => {
+      const schema = await freshSchema();
+      const t = `"${schema}".orders`;
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), watchColumns: ['status'] }).up);
+      await expect(db.exec(`alter table ${t} drop column total`)).rejects.toThrow(/cannot drop column total of table (\S+\.)?orders because other objects depend on it/);
+      await expect(db.exec(`alter table ${t} alter column total type bigint`)).rejects.toThrow(/cannot alter type of a column used in a trigger definition/);
+      await expect(db.exec(`alter table ${t} drop column id`)).rejects.toThrow(/other objects depend on it/);
+      await db.exec(`insert into ${t} (id, status, total) values ('o-1', 'new', 1)`);
+      await db.exec(`delete from ${t}`);
+      expect((await eventsBeforeSentinel(schema)).map((e) => e.type)).toEqual(['order.created', 'order.deleted']);
+
+      // PostgreSQL does not track the function body's names: a rename is accepted, and the
+      // write fails loudly (no event recorded with a null in place of the column).
+      await db.exec(`alter table ${t} rename column total to amount`);
+      await expect(db.exec(`insert into ${t} (id, status, amount) values ('o-2', 'new', 2)`)).rejects.toThrow(/record "new" has no field "total"/);
+      // Running up again with the new name, as the README says to in the same migration, mends it.
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), watchColumns: ['status'], payloadColumns: ['id', 'status', 'amount'] }).up);
+      await db.exec(`insert into ${t} (id, status, amount) values ('o-2', 'new', 2)`);
+      expect((await eventsBeforeSentinel(schema)).at(-1)?.payload).toEqual({ id: 'o-2', status: 'new', amount: 2 });
     });
 
     it('gives rows written by one statement increasing ids in row order', async () => {

@@ -112,11 +112,22 @@ end
 
   const triggerName = (op: Op) => quoteIdent(`${name}_${op}`);
   const dropTriggers = OPS.map((op) => `drop trigger if exists ${triggerName(op)} on ${target};`).join('\n');
+  // Every trigger's WHEN names each column its function reads (num_nulls(...) >= 0 is always
+  // true), so that PostgreSQL records the dependency: DROP COLUMN of a carried column is refused
+  // while the capture exists (not accepted, leaving every later write to the table failing on
+  // `record "new" has no field`), and so is a type change. A rename is not tracked by
+  // PostgreSQL for a function body: see the README, "Schema changes to a captured table".
+  const carried = (rec: 'NEW' | 'OLD') => {
+    const refs = [...new Set([subject, ...payload])].map((c) => `${rec}.${quoteIdent(c)}`);
+    const calls: string[] = [];
+    for (let i = 0; i < refs.length; i += PAIRS_PER_CALL) calls.push(`pg_catalog.num_nulls(${refs.slice(i, i + PAIRS_PER_CALL).join(', ')}) >= 0`);
+    return calls.join(' and ');
+  };
   const createTriggers = OPS.filter((op) => types[op] !== undefined).map((op) => {
     // The WHEN clause keeps a no-op UPDATE (say, only updated_at) from even calling the function.
     const when = op === 'update'
-      ? `\n  when (${watch.map((c) => `OLD.${quoteIdent(c)} is distinct from NEW.${quoteIdent(c)}`).join('\n        or ')})`
-      : '';
+      ? `\n  when ((${watch.map((c) => `OLD.${quoteIdent(c)} is distinct from NEW.${quoteIdent(c)}`).join('\n        or ')})\n        and ${carried('NEW')})`
+      : `\n  when (${carried(op === 'delete' ? 'OLD' : 'NEW')})`;
     return `create trigger ${triggerName(op)}\n  after ${op} on ${target}\n  for each row${when}\n  execute function ${fn}();`;
   });
 
