@@ -546,7 +546,7 @@ describe('a database that cannot be used', () => {
         insert into ${schema}.migrations (version, name, breaking) values (${LATEST_MIGRATION + 1}, 'breaking_change', true)`);
       const refusal = new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`);
       for (const args of [['jobs', 'retry', '--discarded'], ['jobs', 'cancel', '1'], ['events', 'requeue', '--poisoned'],
-        ['endpoints', 'add', 'https://hooks.example.com/x', '--events', 'note.*'], ['handlers', 'forget', 'mailer', '--force'], ['retention', 'run']]) {
+        ['endpoints', 'add', 'https://hooks.example.com/x', '--events', 'note.*'], ['handlers', 'forget', 'mailer', '--force'], ['retention', 'run', '--defaults']]) {
         const r = await rea(...args, ...db);
         expect({ args, code: r.code, refused: refusal.test(r.text) }).toEqual({ args, code: 1, refused: true });
       }
