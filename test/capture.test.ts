@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { ReaError } from '../src/core/errors.js';
 import type { Queryable } from '../src/driver/types.js';
-import { CaptureOptionsError, captureTriggerSql, type CaptureTriggerOptions } from '../src/drivers/postgres/capture.js';
+import { captureFindSql, CaptureOptionsError, captureRemovalSql, captureTriggerSql, type CaptureTriggerOptions } from '../src/drivers/postgres/capture.js';
 import { runMigrations } from '../src/drivers/postgres/common.js';
 
 const POSTGRES_URL = process.env.REA_POSTGRES_URL ?? process.env.REA_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -177,7 +177,30 @@ for (const backend of backends) {
       );
       expect(defs.map((d) => d.tgname)).toEqual([`capture_${schema}_orders_delete`, `capture_${schema}_orders_insert`, `capture_${schema}_orders_update`]);
       const update = defs.find((d) => d.tgname.endsWith('_update'))?.def ?? '';
-      expect(update).toMatch(/AFTER UPDATE .* WHEN \(\(\(old\.status IS DISTINCT FROM new\.status\) OR \(old\.total IS DISTINCT FROM new\.total\)\)\)/);
+      expect(update).toMatch(/AFTER UPDATE .* WHEN \(\(\(\(old\.status IS DISTINCT FROM new\.status\) OR \(old\.total IS DISTINCT FROM new\.total\)\) AND \(num_nulls\(new\.id, new\.status, new\.total\) >= 0\)\)\)/);
+    });
+
+    // A payload column the triggers did not depend on could be dropped; every later insert,
+    // update and delete of the table then failed (record "new" has no field "total").
+    it('refuses to drop or retype a column the capture carries, and a rename fails the business write rather than record a null', async () => {
+      const schema = await freshSchema();
+      const t = `"${schema}".orders`;
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), watchColumns: ['status'] }).up);
+      await expect(db.exec(`alter table ${t} drop column total`)).rejects.toThrow(/cannot drop column total of table (\S+\.)?orders because other objects depend on it/);
+      await expect(db.exec(`alter table ${t} alter column total type bigint`)).rejects.toThrow(/cannot alter type of a column used in a trigger definition/);
+      await expect(db.exec(`alter table ${t} drop column id`)).rejects.toThrow(/other objects depend on it/);
+      await db.exec(`insert into ${t} (id, status, total) values ('o-1', 'new', 1)`);
+      await db.exec(`delete from ${t}`);
+      expect((await eventsBeforeSentinel(schema)).map((e) => e.type)).toEqual(['order.created', 'order.deleted']);
+
+      // PostgreSQL does not track the function body's names: a rename is accepted, and the
+      // write fails loudly (no event recorded with a null in place of the column).
+      await db.exec(`alter table ${t} rename column total to amount`);
+      await expect(db.exec(`insert into ${t} (id, status, amount) values ('o-2', 'new', 2)`)).rejects.toThrow(/record "new" has no field "total"/);
+      // Running up again with the new name, as the README says to in the same migration, mends it.
+      await db.exec(captureTriggerSql({ ...orderOptions(schema), watchColumns: ['status'], payloadColumns: ['id', 'status', 'amount'] }).up);
+      await db.exec(`insert into ${t} (id, status, amount) values ('o-2', 'new', 2)`);
+      expect((await eventsBeforeSentinel(schema)).at(-1)?.payload).toEqual({ id: 'o-2', status: 'new', amount: 2 });
     });
 
     it('gives rows written by one statement increasing ids in row order', async () => {
@@ -264,6 +287,35 @@ for (const backend of backends) {
       );
       expect(functions).toEqual([]);
       await db.exec(sql.down); // and down tolerates running twice
+    });
+
+    // Removal looked for triggers by the name the table's spelling gave: applied as schema.orders
+    // (capture_<schema>_orders), a down for 'orders' dropped capture_orders_* (none) and the
+    // CLI said 'removed'.
+    it('removal finds the table\'s capture whichever way the table is spelt, and says when there is none', async () => {
+      const schema = await freshSchema();
+      await db.exec(`create table "${schema}".plain (id text primary key)`);
+      await db.exec(captureTriggerSql(orderOptions(schema)).up);
+      const found = async (table: string, name?: string) => db.query<{ table_found: boolean; trigger: string | null; function: string | null }>(captureFindSql({ schema, table, name }));
+      await db.exec(`set search_path to "${schema}"`);
+      try {
+        const all = await found('orders');
+        expect(all.map((r) => [r.table_found, r.trigger])).toEqual(['delete', 'insert', 'update'].map((op) => [true, `capture_${schema}_orders_${op}`]));
+        expect(await found('orders', 'capture_orders')).toEqual([{ table_found: true, trigger: null, function: null }]);
+        expect(await found('plain')).toEqual([{ table_found: true, trigger: null, function: null }]);
+        expect(await found('nosuch')).toEqual([{ table_found: false, trigger: null, function: null }]);
+        expect(await found(`nosuch_${schema}.orders`)).toEqual([{ table_found: false, trigger: null, function: null }]);
+
+        await db.exec(captureRemovalSql({ schema, table: 'orders' }));
+        await db.exec(captureRemovalSql({ schema, table: 'orders' })); // again: nothing left, no error
+        await db.exec(captureRemovalSql({ schema, table: 'nosuch' })); // no table: no error either
+      } finally {
+        await db.exec('reset search_path');
+      }
+      expect(await db.query(`select 1 from pg_trigger where tgrelid = '"${schema}".orders'::regclass and not tgisinternal`)).toEqual([]);
+      expect(await db.query(`select 1 from pg_proc where pronamespace = '"${schema}"'::regnamespace and proname like 'capture%'`)).toEqual([]);
+      await db.exec(`insert into "${schema}".orders (id, status) values ('o-1', 'new')`);
+      expect(await eventsBeforeSentinel(schema)).toEqual([]);
     });
 
     it('up refuses a name that another table\'s capture uses, instead of swapping the function under its triggers', async () => {
@@ -434,7 +486,8 @@ describe('captureTriggerSql option checks', () => {
     expect(up).toContain('insert into "rea".events');
     expect(up).toContain('after update on "public"."orders"');
     expect(up).not.toContain('after delete');
-    expect(down).toContain('drop function if exists "rea"."capture_public_orders"()');
+    expect(down).toContain(`pg_catalog.to_regclass('"public"."orders"')`);
+    expect(down).toContain(`and p.proname = 'capture_public_orders'`);
   });
 
   const cases: [string, Partial<Record<keyof CaptureTriggerOptions, unknown>>, string][] = [

@@ -457,27 +457,50 @@ describe('a database that cannot be used', () => {
     await postgresTarget.query(`drop schema ${schema} cascade`);
   });
 
-  it.skipIf(!postgresTarget.available)('capture --down --apply removes the trigger and its function (it ran the up script, installing it again)', async () => {
+  // --down --apply ran the up script once (installing the trigger); then it said 'removed' of
+  // whatever it was given: a table spelt without its schema (other default trigger names), one
+  // never captured, one that does not exist. And it asked for an event type it had no use for.
+  it.skipIf(!postgresTarget.available)('capture --down --apply removes the table\'s capture however the table is spelt, says what it removed, and refuses what has none', async () => {
     const schema = freshSchema();
     const db = ['--database-url', PG_URL, '--schema', schema];
+    const table = `${schema}_capt`; // in public, so that it resolves unqualified too
     expect((await rea('migrate', ...db)).code).toBe(0);
-    await postgresTarget.query(`create table ${schema}.capt (id int, a int)`);
-    const capture = (...more: string[]) => rea('capture', '--table', `${schema}.capt`, '--subject', 'id', '--watch', 'a', '--type', 'x.changed', '--apply', ...db, ...more);
-    const installed = async () => {
-      const triggers = await postgresTarget.query(`select tgname from pg_trigger where tgrelid = '${schema}.capt'::regclass and not tgisinternal`);
-      const functions = await postgresTarget.query(`select proname from pg_proc where pronamespace = '${schema}'::regnamespace and proname like 'capture%'`);
-      return { triggers: triggers.length, functions: functions.length };
-    };
-    expect(await capture()).toEqual({ code: 0, text: `capture trigger on ${schema}.capt applied` });
-    expect(await installed()).toEqual({ triggers: 2, functions: 1 });
-    expect(await capture('--down')).toEqual({ code: 0, text: `capture trigger on ${schema}.capt removed` });
-    expect(await installed()).toEqual({ triggers: 0, functions: 0 });
-    // A script is told which it was; removing what is already gone is not an error.
-    const json = await capture('--down', '--json');
-    expect(json.code).toBe(0);
-    expect(JSON.parse(json.text)).toEqual({ removed: true, table: `${schema}.capt`, up: expect.stringContaining('create'), down: expect.stringContaining('drop') });
-    expect(await installed()).toEqual({ triggers: 0, functions: 0 });
-    await postgresTarget.query(`drop schema ${schema} cascade`);
+    await postgresTarget.query(`create table public.${table} (id int, a int); create table ${schema}.plain (id int)`);
+    try {
+      const up = (spelt: string, ...more: string[]) => rea('capture', '--table', spelt, '--subject', 'id', '--watch', 'a', '--type', 'x.changed', '--apply', ...db, ...more);
+      const down = (spelt: string, ...more: string[]) => rea('capture', '--table', spelt, '--down', '--apply', ...db, ...more);
+      const installed = async () => {
+        const triggers = await postgresTarget.query(`select tgname from pg_trigger where tgrelid = 'public.${table}'::regclass and not tgisinternal`);
+        const functions = await postgresTarget.query(`select proname from pg_proc where pronamespace = '${schema}'::regnamespace and proname like 'capture%'`);
+        return { triggers: triggers.length, functions: functions.length };
+      };
+      expect(await up(table)).toEqual({ code: 0, text: `capture trigger on ${table} applied` });
+      expect(await installed()).toEqual({ triggers: 2, functions: 1 });
+      expect(await down(`public.${table}`)).toEqual({
+        code: 0,
+        text: `capture on public.${table} removed: 2 triggers (capture_${table}_insert, capture_${table}_update) of function ${schema}.capture_${table}()`,
+      });
+      expect(await installed()).toEqual({ triggers: 0, functions: 0 });
+      expect(await down(`public.${table}`)).toEqual({ code: 2, text: `rea: rea capture trigger on table public.${table} not found; nothing was removed` });
+      expect(await down(`${schema}.plain`)).toEqual({ code: 2, text: `rea: rea capture trigger on table ${schema}.plain not found; nothing was removed` });
+      expect(await down(`${schema}.nosuch`)).toEqual({ code: 2, text: expect.stringContaining(`rea: invalid option --table: table ${schema}.nosuch does not exist`) });
+
+      // Only the capture of the name given; the JSON says what went.
+      expect((await up(`public.${table}`)).code).toBe(0);
+      expect(await down(table, '--name', 'other')).toEqual({ code: 2, text: `rea: rea capture trigger of name other on table ${table} not found; nothing was removed` });
+      const json = await down(table, '--json');
+      expect(json.code).toBe(0);
+      expect(JSON.parse(json.text)).toEqual({
+        removed: 2, triggers: [`capture_public_${table}_insert`, `capture_public_${table}_update`], functions: [`${schema}.capture_public_${table}()`],
+        table, down: expect.stringMatching(/^begin;\ndo \$rea_down\$[\s\S]*\ncommit;\n$/),
+      });
+      expect(await installed()).toEqual({ triggers: 0, functions: 0 });
+      // Printed, it needs no database either.
+      const printed = await rea('capture', '--table', table, '--down', '--no-transaction');
+      expect(printed).toMatchObject({ code: 0, text: expect.stringMatching(/^do \$rea_down\$/) });
+    } finally {
+      await postgresTarget.query(`drop table public.${table}; drop schema ${schema} cascade`);
+    }
   });
 
   it.skipIf(!postgresTarget.available)('a role without privileges on rea\'s schema: one line naming the server and what was denied, as JSON too', async () => {
@@ -546,7 +569,7 @@ describe('a database that cannot be used', () => {
         insert into ${schema}.migrations (version, name, breaking) values (${LATEST_MIGRATION + 1}, 'breaking_change', true)`);
       const refusal = new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`);
       for (const args of [['jobs', 'retry', '--discarded'], ['jobs', 'cancel', '1'], ['events', 'requeue', '--poisoned'],
-        ['endpoints', 'add', 'https://hooks.example.com/x', '--events', 'note.*'], ['handlers', 'forget', 'mailer', '--force'], ['retention', 'run']]) {
+        ['endpoints', 'add', 'https://hooks.example.com/x', '--events', 'note.*'], ['handlers', 'forget', 'mailer', '--force'], ['retention', 'run', '--defaults']]) {
         const r = await rea(...args, ...db);
         expect({ args, code: r.code, refused: refusal.test(r.text) }).toEqual({ args, code: 1, refused: true });
       }

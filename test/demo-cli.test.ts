@@ -142,12 +142,18 @@ describe.concurrent('rea demo runs', { timeout: 60_000 }, () => {
     expect(await run.exited).toBe(0);
   }, 60_000); // without the fix it waits for the early connection forever
 
-  it('names the discarded job from what happened: order ORD-0013, its SMS handler and its error', async (ctx) => {
+  it('names the discarded job from what happened: order ORD-0013, its SMS handler and its error; says it is on purpose and that the database is gone', async (ctx) => {
     const { expect } = ctx;
     const run = demo(ctx, ['--orders', '13', '--rate', '200']);
     expect(await run.exited).toBe(0);
     expect(summaryLine(run.stdout())).toMatch(/^ {2}jobs completed \d+, retried \d+, discarded 1 \(order ORD-0013, sms: SMS provider: invalid phone number\)$/);
     expect(run.dataDirs()).toEqual([]);
+    // The overview's alert says to run rea jobs retry --discarded, which then found no database:
+    // the summary says the discard is the demo's, and that its database is gone.
+    expect(run.stdout()).toContain('rea jobs retry --discarded');
+    expect(run.stdout()).toContain("\nthe discard is on purpose: order ORD-0013's SMS fails for good (invalid phone number), to show one\n"
+      + "this run's database is a temporary directory, removed as the demo exits: the alert's command has nothing left to act on;\n"
+      + 'run rea demo --keep-running to retry the discarded job from the admin panel\n');
   });
 
   it('with nothing discarded the summary claims no discard; --keep-running serves the panel until Ctrl-C, then removes the data directory', async (ctx) => {

@@ -23,6 +23,9 @@ export const demoEvents = defineEvents({
   'order.paid': z.object({ orderNo: z.string(), amount: z.number().int().positive() }),
 });
 
+/** The order whose SMS fails for good: the demo's one discard, on purpose. */
+const INVALID_PHONE_ORDER = 'ORD-0013';
+
 /** A job the demo's bus gave up on, from its `job:discarded` lifecycle signal. */
 export interface DemoDiscard {
   /** The order whose event it was, when the event is one the demo recorded. */
@@ -166,7 +169,7 @@ export async function runDemo(options: {
     b.on('order.paid', 'sms', async (event, ctx) => {
       const n = Number(event.payload.orderNo.slice(4));
       // Every 7th order's SMS provider is down on the first try; order 13's number is invalid for good.
-      if (n === 13) throw new Error('SMS provider: invalid phone number');
+      if (event.payload.orderNo === INVALID_PHONE_ORDER) throw new Error('SMS provider: invalid phone number');
       if (n % 7 === 0 && ctx.attempt === 1) throw new Error('SMS provider timed out');
       sent.add(ctx.idempotencyKey); // a real provider would be given this key to drop duplicates
     }, { maxAttempts: 3, backoff: (attempt) => 200 * attempt });
@@ -245,6 +248,17 @@ export async function runDemo(options: {
     out(`  webhooks to the local receiver: ${summary.webhooksVerified} delivered with a valid signature, ${summary.webhooksRejected} rejected\n`);
     out(`  commit → warehouse handler: p50 ${summary.latencyP50Ms.toFixed(1)} ms, p99 ${summary.latencyP99Ms.toFixed(1)} ms\n`);
     out(`\n${formatOverview(overview)}\n`);
+    // The overview's jobs_discarded alert says to run `rea jobs retry --discarded`: of the demo's
+    // own discard, and on a database that is gone once it exits, unless it keeps running.
+    if (summary.discarded > 0) {
+      if (summary.discards.every((d) => d.orderNo === INVALID_PHONE_ORDER && d.handler === 'sms')) {
+        out(`\nthe discard is on purpose: order ${INVALID_PHONE_ORDER}'s SMS fails for good (invalid phone number), to show one\n`);
+      }
+      if (tempDir !== undefined && !(options.keepRunning && !interrupted)) {
+        out('this run\'s database is a temporary directory, removed as the demo exits: the alert\'s command has nothing left to act on;\n'
+          + 'run rea demo --keep-running to retry the discarded job from the admin panel\n');
+      }
+    }
 
     if (options.keepRunning && !interrupted) {
       await release();

@@ -112,11 +112,22 @@ end
 
   const triggerName = (op: Op) => quoteIdent(`${name}_${op}`);
   const dropTriggers = OPS.map((op) => `drop trigger if exists ${triggerName(op)} on ${target};`).join('\n');
+  // Every trigger's WHEN names each column its function reads (num_nulls(...) >= 0 is always
+  // true), so that PostgreSQL records the dependency: DROP COLUMN of a carried column is refused
+  // while the capture exists (not accepted, leaving every later write to the table failing on
+  // `record "new" has no field`), and so is a type change. A rename is not tracked by
+  // PostgreSQL for a function body: see the README, "Schema changes to a captured table".
+  const carried = (rec: 'NEW' | 'OLD') => {
+    const refs = [...new Set([subject, ...payload])].map((c) => `${rec}.${quoteIdent(c)}`);
+    const calls: string[] = [];
+    for (let i = 0; i < refs.length; i += PAIRS_PER_CALL) calls.push(`pg_catalog.num_nulls(${refs.slice(i, i + PAIRS_PER_CALL).join(', ')}) >= 0`);
+    return calls.join(' and ');
+  };
   const createTriggers = OPS.filter((op) => types[op] !== undefined).map((op) => {
     // The WHEN clause keeps a no-op UPDATE (say, only updated_at) from even calling the function.
     const when = op === 'update'
-      ? `\n  when (${watch.map((c) => `OLD.${quoteIdent(c)} is distinct from NEW.${quoteIdent(c)}`).join('\n        or ')})`
-      : '';
+      ? `\n  when ((${watch.map((c) => `OLD.${quoteIdent(c)} is distinct from NEW.${quoteIdent(c)}`).join('\n        or ')})\n        and ${carried('NEW')})`
+      : `\n  when (${carried(op === 'delete' ? 'OLD' : 'NEW')})`;
     return `create trigger ${triggerName(op)}\n  after ${op} on ${target}\n  for each row${when}\n  execute function ${fn}();`;
   });
 
@@ -179,18 +190,81 @@ as ${tag}${body}${tag};
 ${dropTriggers}
 ${createTriggers.join('\n')}
 `;
+  return { up, down: captureRemovalSql({ schema: options.schema, table: options.table, name }) };
+}
+
+/** What removes a capture: rea's schema, the table as `up` was given it, and optionally the capture's name. */
+export interface CaptureRemovalOptions {
+  schema?: string;
+  /** 'orders' (resolved by search_path when the script runs, as `up` resolves it) or 'public.orders'. */
+  table: string;
+  /** Only the capture of this name; without it, whichever rea capture the table has (up allows one). */
+  name?: string;
+}
+
+/**
+ * The triggers of a table's rea capture, found by what they are (a trigger on the table whose
+ * function, in rea's schema, inserts into its events table), not by a name derived from how the
+ * table was spelt: `orders` and `public.orders` give different default names, and removal by
+ * name found nothing under the other spelling. Columns: table_found, trigger, function (its
+ * signature); one row with trigger null when the table has none, table_found false when the
+ * table does not exist.
+ */
+export function captureFindSql(options: CaptureRemovalOptions): string {
+  const { reaSchema, target, name } = checkRemoval(options);
+  return `select c.oid is not null as table_found, t.tgname::text as trigger, t.tgfoid::regprocedure::text as function
+  from (select pg_catalog.to_regclass(${literal(target)}) as oid) c
+  left join pg_catalog.pg_trigger t on t.tgrelid = c.oid and not t.tgisinternal and t.tgfoid in (${captureFunctions(reaSchema, name)})
+ order by t.tgname`;
+}
+
+/**
+ * One statement (a DO block) that drops the triggers captureFindSql finds, then each of their
+ * functions that no trigger uses any more; with a name, that function even when the table is gone.
+ * Running it again, or on a table without a capture (or no table), does nothing.
+ */
+export function captureRemovalSql(options: CaptureRemovalOptions): string {
+  const { reaSchema, target, name } = checkRemoval(options);
   // The function goes with its last trigger: one definition may serve the same unqualified table
   // in several schemas, and removing it from one of them must not fail on (or break) the others.
-  const dropFunction = `
+  const body = `
+declare
+  target regclass := pg_catalog.to_regclass(${literal(target)});
+  capture record;
+  fns oid[] := ${name === undefined ? "'{}'" : `pg_catalog.array_remove(array[pg_catalog.to_regprocedure(${literal(`${reaSchema}.${quoteIdent(name)}()`)})::oid], null)`};
+  fn oid;
 begin
-  if not exists (select from pg_catalog.pg_trigger where tgfoid = pg_catalog.to_regprocedure(${literal(`${fn}()`)})) then
-    drop function if exists ${fn}();
-  end if;
+  for capture in
+    select t.tgname, t.tgfoid from pg_catalog.pg_trigger t
+     where t.tgrelid = target and not t.tgisinternal and t.tgfoid in (${captureFunctions(reaSchema, name)})
+  loop
+    execute pg_catalog.format('drop trigger %I on %s', capture.tgname, target);
+    fns := fns || capture.tgfoid;
+  end loop;
+  foreach fn in array fns loop
+    -- (each trigger brought its function: once dropped, the others skip it)
+    if exists (select from pg_catalog.pg_proc where oid = fn) and not exists (select from pg_catalog.pg_trigger where tgfoid = fn) then
+      execute pg_catalog.format('drop function if exists %s', fn::regprocedure);
+    end if;
+  end loop;
 end
 `;
-  const dropTag = dollarTag(dropFunction, 'rea_drop');
-  const down = `${dropTriggers}\ndo ${dropTag}${dropFunction}${dropTag};\n`;
-  return { up, down };
+  const tag = dollarTag(body, 'rea_down');
+  return `do ${tag}${body}${tag};\n`;
+}
+
+function checkRemoval(options: CaptureRemovalOptions): { reaSchema: string; target: string; name: string | undefined } {
+  const reaSchema = checkSchema(options.schema ?? 'rea');
+  const target = checkTable(options.table).quoted;
+  const name = options.name === undefined ? undefined : checkIdentifier('name', options.name, MAX_NAME_BYTES);
+  return { reaSchema, target, name };
+}
+
+/** The oids of rea's capture functions (of one name, when given): what up's check calls a capture. */
+function captureFunctions(reaSchema: string, name: string | undefined): string {
+  return `select p.oid from pg_catalog.pg_proc p
+      where p.pronamespace = pg_catalog.to_regnamespace(${literal(reaSchema)}) and p.pronargs = 0
+        and pg_catalog.strpos(p.prosrc, ${literal(EVENTS_INSERT(reaSchema))}) > 0${name === undefined ? '' : ` and p.proname = ${literal(name)}`}`;
 }
 
 function checkSchema(schema: string): string {
