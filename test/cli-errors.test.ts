@@ -548,7 +548,12 @@ describe('a database that cannot be used', () => {
       });
       const j = await rea('migrate', '--json', '--database-url', PG_URL, '--schema', schema);
       expect(JSON.parse(j.text)).toEqual({ applied: [], newer: [LATEST_MIGRATION + 1] });
+      // A newer rea's migration this rea runs against passes the check; a breaking one fails it
+      // (no alert holds here: an empty schema), while a plain status still reads it.
+      expect((await rea('status', '--check', '--database-url', PG_URL, '--schema', schema)).code).toBe(0);
       await postgresTarget.query(`alter table ${schema}.migrations add column breaking boolean not null default false; update ${schema}.migrations set breaking = true where version = ${LATEST_MIGRATION + 1}`);
+      expect((await rea('status', '--check', '--database-url', PG_URL, '--schema', schema)).code).toBe(1);
+      expect((await rea('status', '--database-url', PG_URL, '--schema', schema)).code).toBe(0);
       const r = await rea('migrate', '--database-url', PG_URL, '--schema', schema);
       expect(r.code).toBe(1);
       expect(r.text).toMatch(new RegExp(`^rea: schema "${schema}" of PostgreSQL at \\S+ \\(user postgres\\) has migration ${LATEST_MIGRATION + 1} of a newer rea, which older versions must not run against`));
