@@ -439,7 +439,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   }
 
   /** Rejects with the driver's DatabaseError when the database cannot be used at all (down, refusing, not migrated). */
-  const explained = <T>(work: Promise<T>): Promise<T> => work.catch((err: unknown) => Promise.reject(driver.explainError(err)));
+  // rea's own statements (the admin calls, the overview, start's): on a schema behind this rea, a
+  // column or table they lack is said as not migrated, not as the server's raw 42703.
+  const explained = <T>(work: Promise<T>): Promise<T> => work.catch((err: unknown) => Promise.reject(driver.explainError(err, { reaStatement: true })));
   /**
    * In the caller's transaction only a missing events table is rea's to explain: a lost
    * connection there is the application's error, with the code its own retry logic looks for.
@@ -539,12 +541,13 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     instanceId,
 
     async migrate() {
-      const result = await explained(driver.migrate({
+      // Not `explained`: a migration that meets a column it lacks is no schema "behind" to migrate.
+      const result = await driver.migrate({
         onLockWait: ({ migration, holders, retryInMs }) => log.warn(
           { schema, migration, held_by: holders, retry_in_ms: retryInMs },
           "a migration waited for a lock on rea's tables that another transaction holds; it gave up so as not to hold the application's writes up behind it, and tries again",
         ),
-      }));
+      }).catch((err: unknown) => Promise.reject(driver.explainError(err)));
       warnNewer(result.newer);
       return result;
     },

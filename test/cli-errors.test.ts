@@ -785,6 +785,10 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
           await client.end();
         }
       }
+      // rea's own reads (an admin call) meeting a column the schema lacks: not-migrated too, not the
+      // server's raw 42703.
+      await target.query(`alter table ${s}.endpoints drop column secret_hint`);
+      await expect(bus.endpoints.list()).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'not-migrated', message: expect.stringContaining('lacks migrations of this rea') });
       // The application's own statement: its error, with its code, untouched.
       const own = await bus.transaction(async (tx) => {
         await tx.query(`select no_such_column from ${s}.jobs`);

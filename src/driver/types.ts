@@ -392,8 +392,12 @@ export interface Driver {
   query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: R[] }>;
   /** Connection lost, server restarting, serialization failure: worth retrying later, not the row's fault. */
   isTransientError(err: unknown): boolean;
-  /** A DatabaseError naming the problem when the database cannot be used at all (down, refusing, not migrated); else err itself. */
-  explainError(err: unknown): unknown;
+  /**
+   * A DatabaseError naming the problem when the database cannot be used at all (down, refusing, not
+   * migrated); else err itself. `reaStatement`: err came from one of rea's own statements (not the
+   * application's), so a column or table it lacks means the schema is behind this rea.
+   */
+  explainError(err: unknown, options?: { reaStatement?: boolean }): unknown;
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   notify(channel: string, payload: string): Promise<void>;
   close(): Promise<void>;

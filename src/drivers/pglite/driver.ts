@@ -4,7 +4,7 @@ import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, MigrationStatus, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
-import { checkMigrated, explainPostgresError, isTransientPostgresError, migrationStatus, quoteSchema, runMigrations } from '../postgres/common.js';
+import { checkMigrated, explainPostgresError, isTransientPostgresError, migrationStatus, quoteSchema, reaStatementFailed, runMigrations } from '../postgres/common.js';
 import { PostgresExecutor } from '../postgres/executor.js';
 import { PostgresWebhookExecutor } from '../postgres/executor-webhooks.js';
 import { PostgresAdminExecutor } from '../postgres/executor-admin.js';
@@ -115,8 +115,8 @@ export class PGliteDriver implements Driver {
     return isTransientPostgresError(err);
   }
 
-  explainError(err: unknown): unknown {
-    return explainPostgresError(err, this.schema, this.where);
+  explainError(err: unknown, options?: { reaStatement?: boolean }): unknown {
+    return explainPostgresError(options?.reaStatement ? reaStatementFailed(err) : err, this.schema, this.where);
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {

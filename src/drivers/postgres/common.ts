@@ -336,9 +336,7 @@ export function explainPostgresError(err: unknown, schema: string, where: string
   if (err instanceof ReaError || typeof err !== 'object' || err === null) return err;
   const code = String((err as { code?: unknown }).code ?? '');
   const message = String((err as { message?: unknown }).message ?? '');
-  if (reaStatementErrors.has(err) && UNDEFINED_OBJECT_CODES.has(code)) {
-    return new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks migrations of this rea (its statement failed: ${message}): run the migrations first (rea migrate, or bus.migrate())`, { cause: err });
-  }
+  const reas = reaStatementErrors.has(err);
   if (code === '42P01' || code === '3F000') {
     // Only rea's own schema and tables: a missing application table (rea capture) is not this.
     const relation = MISSING_RELATION.exec(message)?.[1];
@@ -346,7 +344,11 @@ export function explainPostgresError(err: unknown, schema: string, where: string
     if (missingSchema === schema || relation?.startsWith(`${schema}.`) || relation?.startsWith(`"${schema}".`)) {
       return new DatabaseError('not-migrated', `rea's tables are not in schema "${schema}" of ${where}: run the migrations first (rea migrate, or bus.migrate()); the database said: ${message}`, { cause: err });
     }
-    return err;
+    if (!reas) return err;
+  }
+  // One of rea's own statements met a column or table the schema lacks: behind this rea.
+  if (reas && UNDEFINED_OBJECT_CODES.has(code)) {
+    return new DatabaseError('not-migrated', `schema "${schema}" of ${where} lacks migrations of this rea (its statement failed: ${message}): run the migrations first (rea migrate, or bus.migrate())`, { cause: err });
   }
   if (REFUSED_CODES.has(code)) return new DatabaseError('refused', `${where} refused the connection: ${message}`, { cause: err });
   // insufficient_privilege: the role may connect, but not use that schema or table (the message names it).

@@ -304,8 +304,8 @@ export class PostgresDriver implements Driver {
     return isTransientPostgresError(err);
   }
 
-  explainError(err: unknown): unknown {
-    return explainPostgresError(err, this.schema, this.where);
+  explainError(err: unknown, options?: { reaStatement?: boolean }): unknown {
+    return explainPostgresError(options?.reaStatement ? reaStatementFailed(err) : err, this.schema, this.where);
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
