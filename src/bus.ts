@@ -438,9 +438,12 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     };
   }
 
-  /** Rejects with the driver's DatabaseError when the database cannot be used at all (down, refusing, not migrated). */
-  // rea's own statements (the admin calls, the overview, start's): on a schema behind this rea, a
-  // column or table they lack is said as not migrated, not as the server's raw 42703.
+  /**
+   * Rejects with the driver's DatabaseError when the database cannot be used at all (down,
+   * refusing, not migrated). For rea's own statements only (the admin calls, the overview, start's):
+   * on a schema behind this rea, a column or table one lacks is said as not migrated, not as the
+   * server's raw 42703.
+   */
   const explained = <T>(work: Promise<T>): Promise<T> => work.catch((err: unknown) => Promise.reject(driver.explainError(err, { reaStatement: true })));
   /**
    * In the caller's transaction only a missing events table is rea's to explain: a lost
