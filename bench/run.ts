@@ -12,12 +12,12 @@ import { compiledWorkerChild } from './lib/compile.js';
 import { runStorageBench, storageMarkdown } from './storage.js';
 import { reaBatchSize, reaInlineMs, reaTxOverhead } from './rea.js';
 import { closeAdmin, dropSchema, ensureDatabase, median } from './lib/env.js';
-import type { System } from './lib/system.js';
+import { PROTOTYPE_NAMES, type System } from './lib/system.js';
 import { physicalRates } from './physical.js';
 import { environment, jsonLine, markdown, seriesMedian, type Series, type Target } from './report.js';
 import { loadSystems } from './systems.js';
 
-const SYSTEMS = await loadSystems();
+const isPrototype = (name: string) => (PROTOTYPE_NAMES as readonly string[]).includes(name);
 
 // 'storage' is issue 3's soak: table sizes over time under retention (rea only, run last).
 const FIGURES = ['throughput', 'latency', 'enqueue', 'overhead', 'physical', 'claim', 'storage'] as const;
@@ -29,8 +29,8 @@ const args = process.argv.slice(2);
 const flag = (name: string) => args.find((a) => a === `--${name}` || a.startsWith(`--${name}=`));
 const value = (name: string) => flag(name)?.split('=').slice(1).join('=');
 for (const a of args) {
-  if (!/^--(quick|only|reps|out|explain|inline-ms|batch-size)(=|$)/.test(a)) {
-    console.error(`unknown argument ${a}\nusage: npm run bench -- [--quick] [--explain] [--only=${FIGURES.join('|')}|memory[,…]] [--reps=N] [--out=path] [--inline-ms=N] [--batch-size=N]`);
+  if (!/^--(quick|only|reps|out|explain|inline-ms|batch-size|prototypes)(=|$)/.test(a)) {
+    console.error(`unknown argument ${a}\nusage: npm run bench -- [--quick] [--explain] [--only=${FIGURES.join('|')}|memory[,…]] [--reps=N] [--out=path] [--inline-ms=N] [--batch-size=N] [--prototypes]`);
     process.exit(2);
   }
 }
@@ -53,6 +53,9 @@ if (flag('batch-size')) {
   }
   process.env.REA_BENCH_BATCH_SIZE = n;
 }
+// Figure 1 only: three minimal workers beside the systems (experiments/lean-rounds.ts), to see
+// what the shape of a round costs. They are not rea, and no target reads them.
+const SYSTEMS = await loadSystems({ prototypes: !!flag('prototypes') });
 const quick = !!flag('quick');
 const explain = !!flag('explain'); // print EXPLAIN (ANALYZE, BUFFERS, WAL) of rea's per-job statements (figures 1 and 6)
 const only: Figure[] | null = value('only')
@@ -88,7 +91,7 @@ function put(figure: string, system: string, v: number) {
   m.get(system)!.push(v);
 }
 
-const short: Record<string, string> = { 'rea': 'rea', 'graphile-worker': 'gw', 'pg-boss': 'pgb', 'postgres': 'pg' };
+const short: Record<string, string> = { 'rea': 'rea', 'graphile-worker': 'gw', 'pg-boss': 'pgb', 'postgres': 'pg', 'proto-rowclaim-tx': 'ptx', 'proto-rowclaim': 'prow', 'proto-cursor': 'pcur' };
 
 async function cell(figure: Figure, system: string, rep: number, fn: (schema: string) => Promise<void>) {
   const schema = `bench_${short[system]}_${figure}_r${rep}`;
@@ -176,6 +179,7 @@ async function runSystemFigure(figure: Figure, sys: System, rep: number) {
 function systemsFor(figure: Figure): System[] {
   if (figure === 'overhead' || figure === 'claim') return SYSTEMS.filter((s) => s.name === 'rea');
   if (figure === 'physical') return [];
+  if (figure !== 'throughput') return SYSTEMS.filter((s) => !isPrototype(s.name));
   return SYSTEMS;
 }
 

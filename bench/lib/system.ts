@@ -2,7 +2,11 @@
 // run.ts can interleave them without knowing which is which.
 import type pg from 'pg';
 
-export type SystemName = 'rea' | 'graphile-worker' | 'pg-boss';
+export type SystemName = 'rea' | 'graphile-worker' | 'pg-boss' | PrototypeName;
+
+/** Figure 1's prototypes (experiments/lean-rounds.ts): minimal workers, not rea; run with --prototypes. */
+export const PROTOTYPE_NAMES = ['proto-rowclaim-tx', 'proto-rowclaim', 'proto-cursor'] as const;
+export type PrototypeName = (typeof PROTOTYPE_NAMES)[number];
 
 /** A running worker: the handler calls onJob(seq) when it starts a job; stop() shuts it down. */
 export interface RunningWorker {
