@@ -36,13 +36,19 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(added.out).toContain('(shown once: store it now');
 
     const listed = await rea('endpoints', 'list', ...db);
-    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-5, -1)} · warehouse`);
+    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-5, -1)} · warehouse\n  last success -`);
     const json = await rea('endpoints', 'list', '--json', ...db);
-    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-5, -1) }], nextCursor: null });
+    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-5, -1), lastSuccessAt: null }], nextCursor: null });
     expect(json.out + listed.out).not.toContain(secret.slice(6));
 
+    // As a delivery notes it (this bus delivers nothing): every listing, --json too, says when it last worked.
+    await postgresTarget.query(`update "${bus.schema}".endpoints set last_success_at = '2025-07-03T09:00:00Z' where id = $1`, [id]);
+    expect((await rea('endpoints', 'list', ...db)).out.split('\n').at(-1)).toBe('  last success 2025-07-03T09:00:00.000Z');
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items[0].lastSuccessAt).toBe('2025-07-03T09:00:00.000Z');
+
     const off = await rea('endpoints', 'disable', id, '--reason', 'receiver migration', ...db);
-    expect(off.out).toMatch(new RegExp(`^${id}  disabled  .*\\n.*\\n  disabled \\d{4}-.*Z: receiver migration$`));
+    expect(off.out).toMatch(new RegExp(`^${id}  disabled  .*\\n.*\\n  disabled \\d{4}-.*Z: receiver migration\\n  last success 2025-07-03T09:00:00\\.000Z$`));
+    expect(JSON.parse((await rea('endpoints', 'disable', id, '--json', ...db)).out)).toMatchObject({ state: 'disabled', lastSuccessAt: '2025-07-03T09:00:00.000Z' });
     expect((await rea('endpoints', 'list', '--state', 'disabled', '--json', ...db)).out).toContain(id);
     expect((await rea('endpoints', 'enable', id, ...db)).out).toMatch(new RegExp(`^${id}  enabled  `));
 
@@ -225,6 +231,6 @@ describe('endpoints CLI on a PGlite data directory', () => {
     const created = JSON.parse(added.out) as { id: string; secret: string };
     expect(created.secret).toMatch(/^whsec_/);
     const listed = await rea('endpoints', 'list', '--pglite', dir);
-    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-5, -1)}`);
+    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-5, -1)}\n  last success -`);
   });
 });

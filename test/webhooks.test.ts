@@ -649,6 +649,49 @@ describeTargets('webhooks on $name', (target) => {
     expect((await bus.endpoints.get(ep.id))!.failingSince!.getTime()).toBe(t0 + 6 * 60_000);
   });
 
+  test('get and list show when a delivery last succeeded (lastSuccessAt), noted to within a tenth of failingDelayMs; a failing endpoint keeps it (injected clock)', async () => {
+    const clock = new ManualClock(Date.UTC(2025, 6, 3, 9));
+    const t0 = clock.now().getTime();
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await receiver((_q, res, n) => {
+      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(500).end('no');
+      else res.end('ok');
+    });
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    expect(ep.lastSuccessAt).toBeNull();
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ lastSuccessAt: null });
+    await bus.start();
+    const send = async (orderNo: string) => {
+      const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
+      await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+      await Promise.race([done, failed]);
+    };
+    const lastSuccess = async () => (await bus.endpoints.get(ep.id))!.lastSuccessAt?.getTime() ?? null;
+
+    await send('A');
+    expect(await lastSuccess()).toBe(t0);
+    // Within a tenth of failingDelayMs (30 s of 5 min) a success is not noted again: no row write per delivery.
+    clock.advance(20_000);
+    await send('B');
+    expect(await lastSuccess()).toBe(t0);
+    clock.advance(15_000);
+    await send('C');
+    expect(await lastSuccess()).toBe(t0 + 35_000);
+    // A test delivery says nothing about the endpoint, its last success included.
+    clock.advance(60_000);
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    expect(await lastSuccess()).toBe(t0 + 35_000);
+
+    // Failing: the time of its last success is what its owner asks first.
+    clock.advance(6 * 60_000);
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    await send('X');
+    await failing;
+    const [listed] = await bus.endpoints.list({ state: 'failing' });
+    expect(listed).toMatchObject({ id: ep.id, state: 'failing', lastSuccessAt: new Date(t0 + 35_000) });
+  });
+
   test('a failure without an answer turns an endpoint failing at once, even right after a success', async () => {
     // A timeout or a dropped connection costs a slot per delivery: the failing delay must start at once.
     const r = await receiver((_q, res, n) => (n === 1 ? res.end('ok') : res.socket!.destroy()));

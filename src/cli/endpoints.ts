@@ -69,6 +69,9 @@ export function formatEndpoint(e: Endpoint): string {
   ];
   if (e.state === 'failing') lines.push(`  failing since ${iso(e.failingSince)}`);
   if (e.state === 'disabled') lines.push(`  disabled ${iso(e.disabledAt)}: ${printable(e.disabledReason ?? '-')}`);
+  // In every state: "when did it last work?" is the first question about a failing or disabled one.
+  // Noted to within a tenth of webhooks.failingDelayMs (see EndpointRow.lastSuccessAt); '-' for none.
+  lines.push(`  last success ${iso(e.lastSuccessAt)}`);
   return lines.join('\n');
 }
 

@@ -13,6 +13,13 @@ export interface EndpointRow {
   eventTypes: string[];
   state: EndpointState;
   failingSince: Date | null;
+  /**
+   * When a delivery to it last succeeded, null while none has been noted. Approximate: a success
+   * is noted only once the noted time is a tenth of webhooks.failingDelayMs old (30 s by default),
+   * so the real last success may be up to that much later (with failingDelayMs 0, only the
+   * success that ends a failing spell is noted). A test delivery never counts.
+   */
+  lastSuccessAt: Date | null;
   disabledAt: Date | null;
   disabledReason: string | null;
   /** The last 4 characters of the newest secret before its base64 padding. */

@@ -103,7 +103,7 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
 function mapEndpoint(r: Row): EndpointRow {
   return {
     id: r.id, url: r.url, description: r.description, eventTypes: r.event_types, state: r.state,
-    failingSince: r.failing_since ?? null, disabledAt: r.disabled_at ?? null, disabledReason: r.disabled_reason ?? null,
+    failingSince: r.failing_since ?? null, lastSuccessAt: r.last_success_at ?? null, disabledAt: r.disabled_at ?? null, disabledReason: r.disabled_reason ?? null,
     secretHint: r.secret_hint, createdAt: r.created_at, updatedAt: r.updated_at,
   };
 }

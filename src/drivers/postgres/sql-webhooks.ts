@@ -20,8 +20,8 @@ export const SUCCESS_NOTE_DIVISOR = 10;
 export const MAX_PREVIOUS_SECRETS = 3;
 
 // Every read of an endpoint selects exactly these columns: `secrets` is never among them.
-const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, disabled_at,
-  disabled_reason, secret_hint, created_at, updated_at`;
+const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, last_success_at,
+  disabled_at, disabled_reason, secret_hint, created_at, updated_at`;
 
 const ATTEMPT_COLUMNS = /* sql */ `id::text as id, job_id::text as delivery_id, endpoint_id::text as endpoint_id,
   event_id::text as event_id, webhook_id, attempt, at, status, duration_ms, outcome, response_excerpt, error`;
