@@ -708,6 +708,35 @@ describeTargets('webhooks on $name', (target) => {
     expect(last).toMatchObject({ outcome: 'failure', status: null });
   });
 
+  test("a gateway's 502 or 504, or a 503 without Retry-After, is no answer: failing at once, even right after a success; a 503 with Retry-After, like a 500, is the receiver's", async () => {
+    // A proxy's 502/504 says the receiver behind it did not answer: before, it counted as the
+    // receiver's own answer, and the endpoint stayed enabled for failingDelayMs after its last success.
+    const bus = await testBus(target, events, local);
+    const answers = [
+      { status: 502, failing: true }, { status: 504, failing: true }, { status: 503, failing: true },
+      { status: 503, retryAfter: '120', failing: false }, { status: 500, failing: false },
+    ];
+    const eps = await Promise.all(answers.map(async (a) => {
+      const r = await receiver((_q, res, n) => (n === 1 ? res.end('ok') : res.writeHead(a.status, a.retryAfter ? { 'retry-after': a.retryAfter } : {}).end('gateway')));
+      return (await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] })).id;
+    }));
+    await bus.start();
+    const send = async (orderNo: string) => {
+      const all = counter(eps.length);
+      const off = bus.lifecycle.on('webhook:attempt', (e) => { if (e.attempt === 1) all.tick(); });
+      await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+      await all.done;
+      off();
+    };
+    await send('G');
+    await send('D');
+    const states = await Promise.all(eps.map(async (id) => (await bus.endpoints.get(id))!.state));
+    expect(states).toEqual(answers.map((a) => (a.failing ? 'failing' : 'enabled')));
+    const last = await Promise.all(eps.map(async (id) => (await bus.endpoints.attempts(id, { limit: 1 }))[0]!));
+    // The attempt log keeps the status the gateway sent; only the endpoint's state reads it as no answer.
+    expect(last.map((a) => [a.status, a.outcome])).toEqual([[502, 'failure'], [504, 'failure'], [503, 'failure'], [503, 'throttled'], [500, 'failure']]);
+  });
+
   test('an endpoint failing for 5 days is disabled by the health pass, with its reason (injected clock)', async () => {
     const clock = new ManualClock(Date.UTC(2025, 2, 1, 12));
     const bus = await testBus(target, events, { ...local, clock, webhooks: { allowPrivateNetworks: true, healthIntervalMs: 1000 } });

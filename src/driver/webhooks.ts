@@ -64,10 +64,14 @@ export interface AttemptRow extends Omit<AttemptInsert, 'jobId'> {
 
 /**
  * How an attempt moves its endpoint: 'success' clears failing, 'failure' starts or continues it
- * (one the receiver answered, only when no success came within failingDelayMs),
- * 'gone' disables it with `reason`, 'none' leaves it (a test delivery).
+ * (when `answered`, the receiver's own answer, only when no success came within failingDelayMs;
+ * otherwise at once), 'gone' disables it with `reason`, 'none' leaves it (a test delivery).
  */
-export type HealthEffect = { effect: 'success' } | { effect: 'failure' } | { effect: 'gone'; reason: string } | { effect: 'none' };
+export type HealthEffect =
+  | { effect: 'success' }
+  | { effect: 'failure'; answered: boolean }
+  | { effect: 'gone'; reason: string }
+  | { effect: 'none' };
 
 export interface WebhookJobParams {
   maxAttempts: number;

@@ -73,6 +73,7 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
     const { rows } = await this.pool.query<Row>(this.sql.attemptRecord, [
       a.jobId, a.endpointId, a.eventId, a.webhookId, a.attempt, a.status, Math.round(a.durationMs), a.outcome,
       a.responseExcerpt, a.error, p.health.effect, p.now, p.health.effect === 'gone' ? p.health.reason : null, p.failingDelayMs,
+      p.health.effect === 'failure' ? p.health.answered : null,
     ]);
     return { stateChangedTo: (rows[0]?.state_changed_to ?? null) as EndpointState | null };
   }
