@@ -1,5 +1,6 @@
 // `rea endpoints …` through main(), as people and scripts run it: add prints the secret once,
 // list never does, enable/disable/rotate say what changed, test delivers a signed test event.
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -71,6 +72,20 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
 
     const missing = await rea('endpoints', 'enable', '0190a4b2-0000-7000-8000-000000000000', ...db);
     expect(missing).toMatchObject({ code: 2, err: 'rea: endpoint 0190a4b2-0000-7000-8000-000000000000 not found' });
+  });
+
+  it("add --secret takes a bare base64 secret as well as whsec_…, printing it with its prefix; a short one is refused by name, never echoed", async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema, '--allow-private-networks'];
+    const bare = randomBytes(32).toString('base64');
+    const added = await rea('endpoints', 'add', 'http://127.0.0.1:9/a', '--events', 'order.*', '--secret', bare, '--json', ...db);
+    expect(added.code).toBe(0);
+    expect(JSON.parse(added.out)).toMatchObject({ secret: `whsec_${bare}`, secretHint: bare.replace(/=+$/, '').slice(-4) });
+    const short = randomBytes(16).toString('base64');
+    const refused = await rea('endpoints', 'add', 'http://127.0.0.1:9/b', '--events', 'order.*', '--secret', short, ...db);
+    expect(refused).toMatchObject({ code: 2, err: 'rea: invalid webhook secret: decodes to 16 bytes; at least 24 are required' });
+    expect(refused.out + refused.err).not.toContain(short);
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items).toHaveLength(1);
   });
 
   it('update changes the URL, event types and description; delete needs --yes and removes the endpoint', async () => {

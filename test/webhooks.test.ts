@@ -1,11 +1,12 @@
 // Webhooks end to end: endpoints, fan-out, signed delivery through real HTTP receivers, retries
 // and Retry-After, endpoint health, SSRF at create and at delivery, attempt log, resend/replay.
+import { randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
-import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, verifyPayload, WebhookSecretError, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
@@ -1009,6 +1010,59 @@ describeTargets('webhooks on $name', (target) => {
     expect(job!.errors.at(-1)).toMatchObject({ name: 'EndpointDeleted', message: 'cancelled: its endpoint was deleted' });
     expect((await bus.overview()).alerts.map((a) => a.name)).not.toContain('jobs_discarded');
     expect(await bus.endpoints.delete(ep.id)).toBeNull();
+  });
+
+  test('create and rotateSecret take a bare base64 secret, as verifyPayload and the Standard Webhooks libraries do: stored as whsec_ + it, verifying in either form; a short or non-base64 one is refused by name, never shown', async () => {
+    const lines: string[] = [];
+    const bus = await testBus(target, events, { ...local, logger: capturingLogger(lines) });
+    const r = await receiver();
+    const bare = randomBytes(32).toString('base64'); // padded
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: bare });
+    expect(ep.secret).toBe(`whsec_${bare}`);
+    const prefixed = await bus.endpoints.create({ url: r.url, eventTypes: ['user.signed_up'], secret: `whsec_${bare}` });
+    expect(prefixed.secretHint).toBe(ep.secretHint);
+    // One normal form: the bare secret is stored exactly as the prefixed one is.
+    const stored = await target.query(`select secrets -> 0 ->> 'secret' as secret from "${bus.schema}".endpoints order by id`);
+    expect(stored.map((row) => row.secret)).toEqual([`whsec_${bare}`, `whsec_${bare}`]);
+
+    await bus.start();
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'S' }));
+    const got = await r.nth(1);
+    for (const secret of [bare, `whsec_${bare}`]) {
+      expect(new Webhook(secret).verify(got.body, got.headers)).toMatchObject({ id: eventId });
+      expect(verifyPayload({ headers: got.headers, body: got.body, secrets: [secret] })).toBe(true);
+    }
+
+    const bare2 = randomBytes(24).toString('base64'); // 32 characters, no padding
+    const rotated = await bus.endpoints.rotateSecret(ep.id, { secret: bare2 });
+    expect(rotated.secret).toBe(`whsec_${bare2}`);
+    expect(rotated.secretHint).toBe(bare2.slice(-4));
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    const seen = await r.nth(2);
+    expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    expect(verifyPayload({ headers: seen.headers, body: seen.body, secrets: [bare2] })).toBe(true);
+    expect(verifyPayload({ headers: seen.headers, body: seen.body, secrets: [bare] })).toBe(true);
+
+    // Still refused, with the typed error naming the problem and never the secret.
+    const short = randomBytes(16).toString('base64');
+    const notBase64 = `${randomBytes(32).toString('base64url')}!`;
+    const refusals = [
+      [() => bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: short }), short, /^invalid webhook secret: decodes to 16 bytes; at least 24 are required$/],
+      [() => bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: notBase64 }), notBase64, /^invalid webhook secret: must be 'whsec_' and standard base64, or the base64 alone$/],
+      [() => bus.endpoints.rotateSecret(ep.id, { secret: short }), short, /decodes to 16 bytes/],
+      [() => bus.endpoints.rotateSecret(ep.id, { secret: `whsec_${notBase64}` }), notBase64, /^invalid webhook secret: the part after 'whsec_' must be standard base64$/],
+    ] as const;
+    for (const [call, secret, message] of refusals) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WebhookSecretError);
+      expect(err).toMatchObject({ code: 'ERR_WEBHOOK_SECRET', message: expect.stringMatching(message) });
+      expect(`${String(err)} ${JSON.stringify(err)} ${(err as Error).stack}`).not.toContain(secret);
+    }
+    expect((await bus.endpoints.get(ep.id))!.secretHint).toBe(rotated.secretHint); // no refused rotation took
+    expect(await bus.endpoints.list()).toHaveLength(2);
+
+    const everything = JSON.stringify([lines, await bus.jobs.forEvent(eventId), await bus.events.attempts(eventId), await bus.endpoints.list()]);
+    for (const secret of [bare, bare2]) expect(everything).not.toContain(secret.replace(/=+$/, '').slice(0, -4));
   });
 
   // A misspelt key was dropped: update resolved, bumped updatedAt and changed nothing; create stored no description.
