@@ -6,13 +6,13 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
-import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, verifyPayload, WebhookSecretError, type Logger } from '../src/index.js';
+import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, verifyPayload, WebhookSecretError, type Bus, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
-import { receiver } from './helpers/http.js';
+import { receiver, type Receiver } from './helpers/http.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -32,6 +32,24 @@ function capturingLogger(lines: string[]): Logger {
     return { debug: write, info: write, warn: write, error: write, child: (b) => make({ ...bindings, ...b }) };
   };
   return make({});
+}
+
+/** A receiver that answers `status` to the order 'X' and 200 to every other. */
+async function refusingX(status: number): Promise<Receiver> {
+  const r: Receiver = await receiver((_q, res, n) => {
+    if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(status).end('refused');
+    else res.end('ok');
+  });
+  return r;
+}
+
+/** Record one order.created and wait until a webhook delivery of it completed or failed; its event id. */
+async function deliverOne(bus: Bus<typeof events.schemas>, orderNo: string): Promise<string> {
+  const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+  const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
+  const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+  await Promise.race([done, failed]);
+  return id;
 }
 
 describeTargets('webhooks on $name', (target) => {
@@ -618,21 +636,12 @@ describeTargets('webhooks on $name', (target) => {
     const clock = new ManualClock(Date.UTC(2025, 6, 2, 9));
     const t0 = clock.now().getTime();
     const bus = await testBus(target, events, { ...local, clock });
-    const r = await receiver((_q, res, n) => {
-      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(400).end('bad');
-      else res.end('ok');
-    });
+    const r = await refusingX(400);
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
     const states: string[] = [];
     bus.lifecycle.on('endpoint:state', (e) => states.push(e.state));
     await bus.start();
-    const send = async (orderNo: string) => {
-      const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
-      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
-      const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
-      await Promise.race([done, failed]);
-      return id;
-    };
+    const send = (orderNo: string) => deliverOne(bus, orderNo);
     await send('G1');
     const x = await send('X');
     expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
@@ -654,20 +663,12 @@ describeTargets('webhooks on $name', (target) => {
     const clock = new ManualClock(Date.UTC(2025, 6, 3, 9));
     const t0 = clock.now().getTime();
     const bus = await testBus(target, events, { ...local, clock });
-    const r = await receiver((_q, res, n) => {
-      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(500).end('no');
-      else res.end('ok');
-    });
+    const r = await refusingX(500);
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
     expect(ep.lastSuccessAt).toBeNull();
     expect(await bus.endpoints.get(ep.id)).toMatchObject({ lastSuccessAt: null });
     await bus.start();
-    const send = async (orderNo: string) => {
-      const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
-      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
-      await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
-      await Promise.race([done, failed]);
-    };
+    const send = (orderNo: string) => deliverOne(bus, orderNo);
     const lastSuccess = async () => (await bus.endpoints.get(ep.id))!.lastSuccessAt?.getTime() ?? null;
 
     await send('A');
