@@ -824,7 +824,7 @@ describeTargets('admin API on $name', (target) => {
       expect(r.text).not.toContain(secret);
       expect(r.text).not.toContain('whsec_');
     }
-    expect((await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json.endpoints[0]).toMatchObject({ id, state: 'enabled', secretHint: secret.slice(-5, -1) });
+    expect((await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json.endpoints[0]).toMatchObject({ id, state: 'enabled', secretHint: secret.slice(-5, -1), lastSuccessAt: null });
 
     const dis = await call(s.url, 'POST', `/api/endpoints/${id}/disable`, { body: { reason: 'receiver moved' }, headers: bearer() });
     expect(dis.json.endpoint).toMatchObject({ state: 'disabled', disabledReason: 'receiver moved' });
@@ -881,6 +881,15 @@ describeTargets('admin API on $name', (target) => {
     const ev = await call(s.url, 'GET', `/api/events/${eventId}`, { headers: bearer() });
     expect(ev.json.attempts).toHaveLength(1);
     expect(ev.json.attempts[0]).toMatchObject({ outcome: 'success', endpointId: id });
+    // The delivery's success is noted on the endpoint (its first: at once), and every read shows it;
+    // the test delivery before it was not.
+    const lastSuccessAt = ev.json.attempts[0].at as string;
+    expect((await call(s.url, 'GET', `/api/endpoints/${id}`, { headers: bearer() })).json.endpoint.lastSuccessAt).toBe(lastSuccessAt);
+    expect((await call(s.url, 'GET', '/api/endpoints', { headers: bearer() })).json.endpoints[0].lastSuccessAt).toBe(lastSuccessAt);
+    const endpointPage = (await call(s.url, 'GET', `/endpoints/${id}`, { headers: bearer() })).text;
+    expect(endpointPage).toContain(`<dt>Last success</dt><dd><time datetime="${lastSuccessAt}"`);
+    const endpointsPage = (await call(s.url, 'GET', '/endpoints', { headers: bearer() })).text;
+    expect(endpointsPage).toContain(`<td data-label="Last success"><time datetime="${lastSuccessAt}"`);
     const log = await call(s.url, 'GET', `/api/endpoints/${id}/attempts?limit=1`, { headers: bearer() });
     expect(log.json.attempts).toHaveLength(1);
     expect(log.json.nextCursor).not.toBeNull();

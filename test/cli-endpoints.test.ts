@@ -1,5 +1,6 @@
 // `rea endpoints …` through main(), as people and scripts run it: add prints the secret once,
 // list never does, enable/disable/rotate say what changed, test delivers a signed test event.
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,13 +37,19 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(added.out).toContain('(shown once: store it now');
 
     const listed = await rea('endpoints', 'list', ...db);
-    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-5, -1)} · warehouse`);
+    expect(listed.out).toBe(`${id}  enabled  ${r.url}\n  events order.*, order.created · secret …${secret.slice(-5, -1)} · warehouse\n  last success -`);
     const json = await rea('endpoints', 'list', '--json', ...db);
-    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-5, -1) }], nextCursor: null });
+    expect(JSON.parse(json.out)).toMatchObject({ items: [{ id, state: 'enabled', eventTypes: ['order.*', 'order.created'], secretHint: secret.slice(-5, -1), lastSuccessAt: null }], nextCursor: null });
     expect(json.out + listed.out).not.toContain(secret.slice(6));
 
+    // As a delivery notes it (this bus delivers nothing): every listing, --json too, says when it last worked.
+    await postgresTarget.query(`update "${bus.schema}".endpoints set last_success_at = '2025-07-03T09:00:00Z' where id = $1`, [id]);
+    expect((await rea('endpoints', 'list', ...db)).out.split('\n').at(-1)).toBe('  last success 2025-07-03T09:00:00.000Z');
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items[0].lastSuccessAt).toBe('2025-07-03T09:00:00.000Z');
+
     const off = await rea('endpoints', 'disable', id, '--reason', 'receiver migration', ...db);
-    expect(off.out).toMatch(new RegExp(`^${id}  disabled  .*\\n.*\\n  disabled \\d{4}-.*Z: receiver migration$`));
+    expect(off.out).toMatch(new RegExp(`^${id}  disabled  .*\\n.*\\n  disabled \\d{4}-.*Z: receiver migration\\n  last success 2025-07-03T09:00:00\\.000Z$`));
+    expect(JSON.parse((await rea('endpoints', 'disable', id, '--json', ...db)).out)).toMatchObject({ state: 'disabled', lastSuccessAt: '2025-07-03T09:00:00.000Z' });
     expect((await rea('endpoints', 'list', '--state', 'disabled', '--json', ...db)).out).toContain(id);
     expect((await rea('endpoints', 'enable', id, ...db)).out).toMatch(new RegExp(`^${id}  enabled  `));
 
@@ -65,6 +72,20 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
 
     const missing = await rea('endpoints', 'enable', '0190a4b2-0000-7000-8000-000000000000', ...db);
     expect(missing).toMatchObject({ code: 2, err: 'rea: endpoint 0190a4b2-0000-7000-8000-000000000000 not found' });
+  });
+
+  it("add --secret takes a bare base64 secret as well as whsec_…, printing it with its prefix; a short one is refused by name, never echoed", async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema, '--allow-private-networks'];
+    const bare = randomBytes(32).toString('base64');
+    const added = await rea('endpoints', 'add', 'http://127.0.0.1:9/a', '--events', 'order.*', '--secret', bare, '--json', ...db);
+    expect(added.code).toBe(0);
+    expect(JSON.parse(added.out)).toMatchObject({ secret: `whsec_${bare}`, secretHint: bare.replace(/=+$/, '').slice(-4) });
+    const short = randomBytes(16).toString('base64');
+    const refused = await rea('endpoints', 'add', 'http://127.0.0.1:9/b', '--events', 'order.*', '--secret', short, ...db);
+    expect(refused).toMatchObject({ code: 2, err: 'rea: invalid webhook secret: decodes to 16 bytes; at least 24 are required' });
+    expect(refused.out + refused.err).not.toContain(short);
+    expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items).toHaveLength(1);
   });
 
   it('update changes the URL, event types and description; delete needs --yes and removes the endpoint', async () => {
@@ -225,6 +246,6 @@ describe('endpoints CLI on a PGlite data directory', () => {
     const created = JSON.parse(added.out) as { id: string; secret: string };
     expect(created.secret).toMatch(/^whsec_/);
     const listed = await rea('endpoints', 'list', '--pglite', dir);
-    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-5, -1)}`);
+    expect(listed.out).toBe(`${created.id}  enabled  https://hooks.example.com/in\n  events * · secret …${created.secret.slice(-5, -1)}\n  last success -`);
   });
 });

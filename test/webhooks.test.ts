@@ -1,17 +1,18 @@
 // Webhooks end to end: endpoints, fan-out, signed delivery through real HTTP receivers, retries
 // and Retry-After, endpoint health, SSRF at create and at delivery, attempt log, resend/replay.
+import { randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { z } from 'zod';
 import { webhookIdFor } from '../src/channels/webhook/channel.js';
 import { WebhookUrlRefusedError } from '../src/index.js';
-import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, type Logger } from '../src/index.js';
+import { createBus, DEFAULTS, defineEvents, ManualClock, NotFoundError, OptionsError, UnknownEventTypeError, verifyPayload, WebhookSecretError, type Bus, type Logger } from '../src/index.js';
 import { CLOSE_WAIT_MS } from '../src/drivers/postgres/driver.js';
 import { MAX_PREVIOUS_SECRETS } from '../src/drivers/postgres/sql-webhooks.js';
 import { AttemptRetention } from '../src/maintenance/attempt-retention.js';
 import { EndpointHealth } from '../src/maintenance/endpoint-health.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
-import { receiver } from './helpers/http.js';
+import { receiver, type Receiver } from './helpers/http.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -31,6 +32,24 @@ function capturingLogger(lines: string[]): Logger {
     return { debug: write, info: write, warn: write, error: write, child: (b) => make({ ...bindings, ...b }) };
   };
   return make({});
+}
+
+/** A receiver that answers `status` to the order 'X' and 200 to every other. */
+async function refusingX(status: number): Promise<Receiver> {
+  const r: Receiver = await receiver((_q, res, n) => {
+    if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(status).end('refused');
+    else res.end('ok');
+  });
+  return r;
+}
+
+/** Record one order.created and wait until a webhook delivery of it completed or failed; its event id. */
+async function deliverOne(bus: Bus<typeof events.schemas>, orderNo: string): Promise<string> {
+  const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
+  const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
+  const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+  await Promise.race([done, failed]);
+  return id;
 }
 
 describeTargets('webhooks on $name', (target) => {
@@ -617,21 +636,12 @@ describeTargets('webhooks on $name', (target) => {
     const clock = new ManualClock(Date.UTC(2025, 6, 2, 9));
     const t0 = clock.now().getTime();
     const bus = await testBus(target, events, { ...local, clock });
-    const r = await receiver((_q, res, n) => {
-      if (JSON.parse(r.received[n - 1]!.body).data.orderNo === 'X') res.writeHead(400).end('bad');
-      else res.end('ok');
-    });
+    const r = await refusingX(400);
     const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
     const states: string[] = [];
     bus.lifecycle.on('endpoint:state', (e) => states.push(e.state));
     await bus.start();
-    const send = async (orderNo: string) => {
-      const done = bus.lifecycle.waitFor('job:completed', (e) => e.kind === 'webhook');
-      const failed = bus.lifecycle.waitFor('job:failed', (e) => e.kind === 'webhook');
-      const id = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
-      await Promise.race([done, failed]);
-      return id;
-    };
+    const send = (orderNo: string) => deliverOne(bus, orderNo);
     await send('G1');
     const x = await send('X');
     expect((await bus.endpoints.get(ep.id))!.state).toBe('enabled');
@@ -649,6 +659,41 @@ describeTargets('webhooks on $name', (target) => {
     expect((await bus.endpoints.get(ep.id))!.failingSince!.getTime()).toBe(t0 + 6 * 60_000);
   });
 
+  test('get and list show when a delivery last succeeded (lastSuccessAt), noted to within a tenth of failingDelayMs; a failing endpoint keeps it (injected clock)', async () => {
+    const clock = new ManualClock(Date.UTC(2025, 6, 3, 9));
+    const t0 = clock.now().getTime();
+    const bus = await testBus(target, events, { ...local, clock });
+    const r = await refusingX(500);
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] });
+    expect(ep.lastSuccessAt).toBeNull();
+    expect(await bus.endpoints.get(ep.id)).toMatchObject({ lastSuccessAt: null });
+    await bus.start();
+    const send = (orderNo: string) => deliverOne(bus, orderNo);
+    const lastSuccess = async () => (await bus.endpoints.get(ep.id))!.lastSuccessAt?.getTime() ?? null;
+
+    await send('A');
+    expect(await lastSuccess()).toBe(t0);
+    // Within a tenth of failingDelayMs (30 s of 5 min) a success is not noted again: no row write per delivery.
+    clock.advance(20_000);
+    await send('B');
+    expect(await lastSuccess()).toBe(t0);
+    clock.advance(15_000);
+    await send('C');
+    expect(await lastSuccess()).toBe(t0 + 35_000);
+    // A test delivery says nothing about the endpoint, its last success included.
+    clock.advance(60_000);
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    expect(await lastSuccess()).toBe(t0 + 35_000);
+
+    // Failing: the time of its last success is what its owner asks first.
+    clock.advance(6 * 60_000);
+    const failing = bus.lifecycle.waitFor('endpoint:state', (e) => e.state === 'failing');
+    await send('X');
+    await failing;
+    const [listed] = await bus.endpoints.list({ state: 'failing' });
+    expect(listed).toMatchObject({ id: ep.id, state: 'failing', lastSuccessAt: new Date(t0 + 35_000) });
+  });
+
   test('a failure without an answer turns an endpoint failing at once, even right after a success', async () => {
     // A timeout or a dropped connection costs a slot per delivery: the failing delay must start at once.
     const r = await receiver((_q, res, n) => (n === 1 ? res.end('ok') : res.socket!.destroy()));
@@ -663,6 +708,35 @@ describeTargets('webhooks on $name', (target) => {
     expect((await failing).endpointId).toBe(ep.id);
     const [last] = await bus.endpoints.attempts(ep.id);
     expect(last).toMatchObject({ outcome: 'failure', status: null });
+  });
+
+  test("a gateway's 502 or 504, or a 503 without Retry-After, is no answer: failing at once, even right after a success; a 503 with Retry-After, like a 500, is the receiver's", async () => {
+    // A proxy's 502/504 says the receiver behind it did not answer: before, it counted as the
+    // receiver's own answer, and the endpoint stayed enabled for failingDelayMs after its last success.
+    const bus = await testBus(target, events, local);
+    const answers = [
+      { status: 502, failing: true }, { status: 504, failing: true }, { status: 503, failing: true },
+      { status: 503, retryAfter: '120', failing: false }, { status: 500, failing: false },
+    ];
+    const eps = await Promise.all(answers.map(async (a) => {
+      const r = await receiver((_q, res, n) => (n === 1 ? res.end('ok') : res.writeHead(a.status, a.retryAfter ? { 'retry-after': a.retryAfter } : {}).end('gateway')));
+      return (await bus.endpoints.create({ url: r.url, eventTypes: ['order.created'] })).id;
+    }));
+    await bus.start();
+    const send = async (orderNo: string) => {
+      const all = counter(eps.length);
+      const off = bus.lifecycle.on('webhook:attempt', (e) => { if (e.attempt === 1) all.tick(); });
+      await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo }));
+      await all.done;
+      off();
+    };
+    await send('G');
+    await send('D');
+    const states = await Promise.all(eps.map(async (id) => (await bus.endpoints.get(id))!.state));
+    expect(states).toEqual(answers.map((a) => (a.failing ? 'failing' : 'enabled')));
+    const last = await Promise.all(eps.map(async (id) => (await bus.endpoints.attempts(id, { limit: 1 }))[0]!));
+    // The attempt log keeps the status the gateway sent; only the endpoint's state reads it as no answer.
+    expect(last.map((a) => [a.status, a.outcome])).toEqual([[502, 'failure'], [504, 'failure'], [503, 'failure'], [503, 'throttled'], [500, 'failure']]);
   });
 
   test('an endpoint failing for 5 days is disabled by the health pass, with its reason (injected clock)', async () => {
@@ -937,6 +1011,59 @@ describeTargets('webhooks on $name', (target) => {
     expect(job!.errors.at(-1)).toMatchObject({ name: 'EndpointDeleted', message: 'cancelled: its endpoint was deleted' });
     expect((await bus.overview()).alerts.map((a) => a.name)).not.toContain('jobs_discarded');
     expect(await bus.endpoints.delete(ep.id)).toBeNull();
+  });
+
+  test('create and rotateSecret take a bare base64 secret, as verifyPayload and the Standard Webhooks libraries do: stored as whsec_ + it, verifying in either form; a short or non-base64 one is refused by name, never shown', async () => {
+    const lines: string[] = [];
+    const bus = await testBus(target, events, { ...local, logger: capturingLogger(lines) });
+    const r = await receiver();
+    const bare = randomBytes(32).toString('base64'); // padded
+    const ep = await bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: bare });
+    expect(ep.secret).toBe(`whsec_${bare}`);
+    const prefixed = await bus.endpoints.create({ url: r.url, eventTypes: ['user.signed_up'], secret: `whsec_${bare}` });
+    expect(prefixed.secretHint).toBe(ep.secretHint);
+    // One normal form: the bare secret is stored exactly as the prefixed one is.
+    const stored = await target.query(`select secrets -> 0 ->> 'secret' as secret from "${bus.schema}".endpoints order by id`);
+    expect(stored.map((row) => row.secret)).toEqual([`whsec_${bare}`, `whsec_${bare}`]);
+
+    await bus.start();
+    const eventId = await bus.transaction((tx) => bus.record(tx, 'order.created', { orderNo: 'S' }));
+    const got = await r.nth(1);
+    for (const secret of [bare, `whsec_${bare}`]) {
+      expect(new Webhook(secret).verify(got.body, got.headers)).toMatchObject({ id: eventId });
+      expect(verifyPayload({ headers: got.headers, body: got.body, secrets: [secret] })).toBe(true);
+    }
+
+    const bare2 = randomBytes(24).toString('base64'); // 32 characters, no padding
+    const rotated = await bus.endpoints.rotateSecret(ep.id, { secret: bare2 });
+    expect(rotated.secret).toBe(`whsec_${bare2}`);
+    expect(rotated.secretHint).toBe(bare2.slice(-4));
+    expect((await bus.endpoints.test(ep.id)).outcome).toBe('success');
+    const seen = await r.nth(2);
+    expect(seen.headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    expect(verifyPayload({ headers: seen.headers, body: seen.body, secrets: [bare2] })).toBe(true);
+    expect(verifyPayload({ headers: seen.headers, body: seen.body, secrets: [bare] })).toBe(true);
+
+    // Still refused, with the typed error naming the problem and never the secret.
+    const short = randomBytes(16).toString('base64');
+    const notBase64 = `${randomBytes(32).toString('base64url')}!`;
+    const refusals = [
+      [() => bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: short }), short, /^invalid webhook secret: decodes to 16 bytes; at least 24 are required$/],
+      [() => bus.endpoints.create({ url: r.url, eventTypes: ['order.*'], secret: notBase64 }), notBase64, /^invalid webhook secret: must be 'whsec_' and standard base64, or the base64 alone$/],
+      [() => bus.endpoints.rotateSecret(ep.id, { secret: short }), short, /decodes to 16 bytes/],
+      [() => bus.endpoints.rotateSecret(ep.id, { secret: `whsec_${notBase64}` }), notBase64, /^invalid webhook secret: the part after 'whsec_' must be standard base64$/],
+    ] as const;
+    for (const [call, secret, message] of refusals) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WebhookSecretError);
+      expect(err).toMatchObject({ code: 'ERR_WEBHOOK_SECRET', message: expect.stringMatching(message) });
+      expect(`${String(err)} ${JSON.stringify(err)} ${(err as Error).stack}`).not.toContain(secret);
+    }
+    expect((await bus.endpoints.get(ep.id))!.secretHint).toBe(rotated.secretHint); // no refused rotation took
+    expect(await bus.endpoints.list()).toHaveLength(2);
+
+    const everything = JSON.stringify([lines, await bus.jobs.forEvent(eventId), await bus.events.attempts(eventId), await bus.endpoints.list()]);
+    for (const secret of [bare, bare2]) expect(everything).not.toContain(secret.replace(/=+$/, '').slice(0, -4));
   });
 
   // A misspelt key was dropped: update resolved, bumped updatedAt and changed nothing; create stored no description.

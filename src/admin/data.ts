@@ -18,7 +18,7 @@ export type EndpointView = EndpointRow;
 export function endpointView(e: EndpointView): EndpointView {
   return {
     id: e.id, url: e.url, description: e.description, eventTypes: e.eventTypes, state: e.state,
-    failingSince: e.failingSince, disabledAt: e.disabledAt, disabledReason: e.disabledReason,
+    failingSince: e.failingSince, lastSuccessAt: e.lastSuccessAt, disabledAt: e.disabledAt, disabledReason: e.disabledReason,
     secretHint: e.secretHint, createdAt: e.createdAt, updatedAt: e.updatedAt,
   };
 }

@@ -69,6 +69,9 @@ export function formatEndpoint(e: Endpoint): string {
   ];
   if (e.state === 'failing') lines.push(`  failing since ${iso(e.failingSince)}`);
   if (e.state === 'disabled') lines.push(`  disabled ${iso(e.disabledAt)}: ${printable(e.disabledReason ?? '-')}`);
+  // In every state: "when did it last work?" is the first question about a failing or disabled one.
+  // Noted to within a tenth of webhooks.failingDelayMs (see EndpointRow.lastSuccessAt); '-' for none.
+  lines.push(`  last success ${iso(e.lastSuccessAt)}`);
   return lines.join('\n');
 }
 
@@ -99,7 +102,7 @@ export function endpointsCommand(): Command {
       .argument('<url>', 'http(s) URL that receives the POSTs')
       .requiredOption('--events <types>', "comma-separated event types or patterns ('order.*', '*')", parseList)
       .option('--description <text>', 'what it is for')
-      .option('--secret <whsec>', 'use this Standard Webhooks secret instead of a generated one')
+      .option('--secret <whsec>', 'use this Standard Webhooks secret (whsec_… or the base64 alone, printed with whsec_) instead of a generated one')
       .action(async (url: string, flags: Flags & { events: string[]; description?: string; secret?: string }) => {
         if (flags.events.length === 0) throw new UsageError('--events', "give at least one event type or pattern, e.g. --events 'order.*'");
         const e = await withEndpointsBus(flags, (bus) => bus.endpoints.create({ url, eventTypes: flags.events, description: flags.description, secret: flags.secret }));

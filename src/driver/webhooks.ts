@@ -13,6 +13,13 @@ export interface EndpointRow {
   eventTypes: string[];
   state: EndpointState;
   failingSince: Date | null;
+  /**
+   * When a delivery to it last succeeded, null while none has been noted. Approximate: a success
+   * is noted only once the noted time is a tenth of webhooks.failingDelayMs old (30 s by default),
+   * so the real last success may be up to that much later (with failingDelayMs 0, only the
+   * success that ends a failing spell is noted). A test delivery never counts.
+   */
+  lastSuccessAt: Date | null;
   disabledAt: Date | null;
   disabledReason: string | null;
   /** The last 4 characters of the newest secret before its base64 padding. */
@@ -57,10 +64,14 @@ export interface AttemptRow extends Omit<AttemptInsert, 'jobId'> {
 
 /**
  * How an attempt moves its endpoint: 'success' clears failing, 'failure' starts or continues it
- * (one the receiver answered, only when no success came within failingDelayMs),
- * 'gone' disables it with `reason`, 'none' leaves it (a test delivery).
+ * (when `answered`, the receiver's own answer, only when no success came within failingDelayMs;
+ * otherwise at once), 'gone' disables it with `reason`, 'none' leaves it (a test delivery).
  */
-export type HealthEffect = { effect: 'success' } | { effect: 'failure' } | { effect: 'gone'; reason: string } | { effect: 'none' };
+export type HealthEffect =
+  | { effect: 'success' }
+  | { effect: 'failure'; answered: boolean }
+  | { effect: 'gone'; reason: string }
+  | { effect: 'none' };
 
 export interface WebhookJobParams {
   maxAttempts: number;

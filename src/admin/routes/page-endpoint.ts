@@ -33,6 +33,7 @@ export default defineRoute({
 <dt>Event types</dt><dd><code>${e.eventTypes.join(', ')}</code></dd>
 <dt>State</dt><dd>${badge(e.state)}</dd>
 <dt>Failing since</dt><dd>${time(e.failingSince)}</dd>
+<dt>Last success</dt><dd>${time(e.lastSuccessAt)} <span class="muted">noted to within a tenth of webhooks.failingDelayMs (30 s by default); test deliveries do not count</span></dd>
 <dt>Disabled</dt><dd>${time(e.disabledAt)} ${e.disabledReason ?? ''}</dd>
 <dt>Secret</dt><dd><code>…${e.secretHint}</code></dd>
 <dt>Created</dt><dd>${time(e.createdAt)}</dd>

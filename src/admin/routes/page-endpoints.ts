@@ -1,4 +1,4 @@
-// GET /endpoints: webhook endpoints with state, failing since and disabled reason; re-enable,
+// GET /endpoints: webhook endpoints with state, failing since, last success and disabled reason; re-enable,
 // disable, rotate and test buttons; a form to add one.
 import { z } from 'zod';
 import { redactUrl } from '../../core/redact-url.js';
@@ -30,12 +30,12 @@ export default defineRoute({
     const rows = endpoints.map((e) => [
       html`<a href="${p.base}/endpoints/${e.id}"><code>${redactUrl(e.url)}</code></a>${e.description ? html`<div class="muted">${e.description}</div>` : ''}`,
       html`<code>${e.eventTypes.join(', ')}</code>`,
-      badge(e.state), time(e.failingSince), e.disabledReason ?? '', html`<code>…${e.secretHint}</code>`,
+      badge(e.state), time(e.failingSince), time(e.lastSuccessAt), e.disabledReason ?? '', html`<code>…${e.secretHint}</code>`,
       endpointActions(p, e, '/endpoints'),
     ]);
     const body = html`<h1>Endpoints</h1>
 <nav class="tabs">${(['', 'enabled', 'failing', 'disabled'] as const).map((s) => html`<a href="${p.base}/endpoints${s ? `?state=${s}` : ''}"${(filter.state ?? '') === s ? html` aria-current="page"` : ''}>${s || 'all'}</a>`)}</nav>
-${table(['URL', 'Event types', 'State', 'Failing since', 'Disabled reason', 'Secret', ''], rows, 'No endpoints.')}
+${table(['URL', 'Event types', 'State', 'Failing since', 'Last success', 'Disabled reason', 'Secret', ''], rows, 'No endpoints.')}
 <nav class="pager">${filter.cursor ? html`<a href="${href()}">first</a>` : ''}${page.nextCursor ? html`<a href="${href(page.nextCursor)}" rel="next">more →</a>` : ''}</nav>
 <h2>Add an endpoint</h2>
 <form class="stack" method="post" action="${p.base}/api/endpoints">

@@ -106,12 +106,38 @@ export function envelopeOf(event: Pick<StoredEvent, 'id' | 'type' | 'subject' | 
   return { id: event.id, type: event.type, subject: event.subject, timestamp: at.toISOString(), data: event.payload };
 }
 
-function healthOf(outcome: AttemptOutcome): HealthEffect {
-  if (outcome === 'success') return { effect: 'success' };
-  if (outcome === 'gone') return { effect: 'gone', reason: 'the endpoint answered 410 Gone' };
+/**
+ * Statuses a gateway in front of the receiver (a reverse proxy, a load balancer) sends when the
+ * receiver itself did not answer: 502 Bad Gateway (it could not reach it, or got no valid answer)
+ * and 504 Gateway Timeout (it waited in vain). They are retried as any failure; for the
+ * endpoint's state they count as no answer, like a timeout or a refused connection.
+ */
+export const GATEWAY_NO_ANSWER_STATUSES: readonly number[] = [502, 504];
+
+/**
+ * Whether the receiver itself answered a failed attempt, which decides how the failure moves the
+ * endpoint (attemptRecord): one message a receiver refuses says nothing about the others, no
+ * answer says the same about all of them. A 503 is both in practice, told apart by Retry-After:
+ * with one rea reads ('throttled'), it is the receiver's own "come back then" (maintenance,
+ * shedding load), as a 429 is, and counts as its answer; without one, it is most often a gateway
+ * with no receiver behind it to send to (Envoy's "no healthy upstream", HAProxy's "no server is
+ * available", a cloud load balancer without a healthy target), and counts as no answer. A
+ * receiver's own bare 503 thus turns the endpoint failing at once: it says it is down for every
+ * delivery, so holding them back is right; whereas a receiver shedding load with Retry-After
+ * while others get through does not flap between failing and enabled.
+ */
+export function receiverAnswered(result: Pick<DeliveryResult, 'outcome' | 'status'>): boolean {
+  if (result.status === undefined) return false;
+  if (GATEWAY_NO_ANSWER_STATUSES.includes(result.status)) return false;
+  return result.status !== 503 || result.outcome === 'throttled';
+}
+
+function healthOf(result: DeliveryResult): HealthEffect {
+  if (result.outcome === 'success') return { effect: 'success' };
+  if (result.outcome === 'gone') return { effect: 'gone', reason: 'the endpoint answered 410 Gone' };
   // A throttled or refused attempt did not deliver either: a failure, whose effect on the endpoint
   // depends on whether the receiver answered and on its last success (attemptRecord).
-  return { effect: 'failure' };
+  return { effect: 'failure', answered: receiverAnswered(result) };
 }
 
 function stoppedByUs(signal: AbortSignal | undefined): boolean {
@@ -159,7 +185,7 @@ async function attempt(
       responseExcerpt: result.responseExcerpt, error: result.error == null ? null : storable(result.error),
     },
     // An attempt this process cut short as it stopped says nothing about the endpoint.
-    health: p.test || stoppedByUs(p.signal) ? { effect: 'none' } : healthOf(result.outcome),
+    health: p.test || stoppedByUs(p.signal) ? { effect: 'none' } : healthOf(result),
     failingDelayMs: settings.failingDelayMs,
     now: deps.clock.now(),
   });

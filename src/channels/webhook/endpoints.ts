@@ -14,7 +14,7 @@ import type { Driver } from '../../driver/types.js';
 import { ENDPOINT_STATES, type AttemptRow, type EndpointRow, type EndpointState } from '../../driver/webhooks.js';
 import { assertUrlAllowed } from './address.js';
 import { sendTestDelivery, webhookIdFor, type AttemptSummary, type WebhookSettings } from './channel.js';
-import { generateSecret, parseSecret, secretHint } from './secret.js';
+import { generateSecret, secretHint, storedSecret } from './secret.js';
 
 export type Endpoint = EndpointRow;
 export type WebhookAttempt = AttemptRow;
@@ -27,7 +27,10 @@ export interface EndpointInput {
   /** Exact event types and `prefix.*` patterns; '*' for every event. */
   eventTypes: readonly string[];
   description?: string;
-  /** A Standard Webhooks secret (`whsec_` + base64 of ≥ 24 bytes); generated when omitted. */
+  /**
+   * A Standard Webhooks secret (`whsec_` + base64 of ≥ 24 bytes, or that base64 alone: stored and
+   * returned as `whsec_` + it); generated when omitted.
+   */
   secret?: string;
 }
 
@@ -73,7 +76,10 @@ export interface EndpointsApi {
   enable(id: string): Promise<Endpoint>;
   /** No new deliveries are enqueued; queued ones are discarded when they come up. One already disabled keeps its first time and reason. */
   disable(id: string, options?: { reason?: string }): Promise<Endpoint>;
-  /** A new secret signs from now on; the previous ones (the newest 3 at most) keep signing for `graceMs` (default webhooks.secretGraceMs). */
+  /**
+   * A new secret signs from now on (`secret`, as create takes it, or a generated one); the previous
+   * ones (the newest 3 at most) keep signing for `graceMs` (default webhooks.secretGraceMs).
+   */
   rotateSecret(id: string, options?: { secret?: string; graceMs?: number }): Promise<EndpointWithSecret>;
   /** Delete it with its secrets and cancel its waiting deliveries (how many: `cancelled`); null when there is no such endpoint. */
   delete(id: string): Promise<{ cancelled: number } | null>;
@@ -151,12 +157,8 @@ export function createWebhookApi(
     return row;
   };
 
-  const newSecret = (field: string, given: unknown): string => {
-    if (given === undefined) return generateSecret();
-    parseSecret(given as string); // WebhookSecretError names the problem, never the secret
-    void field;
-    return given as string;
-  };
+  // WebhookSecretError names the problem, never the secret.
+  const newSecret = (given: unknown): string => (given === undefined ? generateSecret() : storedSecret(given));
 
   const stateChanged = (row: Endpoint, reason: string | null) =>
     deps.lifecycle.emit('endpoint:state', { endpointId: row.id, state: row.state, reason });
@@ -203,7 +205,7 @@ export function createWebhookApi(
       const url = checkUrl('endpoints.create.url', input.url);
       const eventTypes = checkPatterns('endpoints.create.eventTypes', input.eventTypes);
       const description = checkDescription('endpoints.create.description', input.description ?? '');
-      const secret = newSecret('endpoints.create.secret', input.secret);
+      const secret = newSecret(input.secret);
       const row = await w.endpointInsert({
         id: uuidv7(), url, description, eventTypes,
         secret, secretHint: secretHint(secret), now: now(),
@@ -270,7 +272,7 @@ export function createWebhookApi(
       if (!Number.isInteger(graceMs) || graceMs < 0 || graceMs > MAX_WINDOW_MS) {
         throw new OptionsError('endpoints.rotateSecret.graceMs', `must be an integer from 0 to ${MAX_WINDOW_MS} (ms, 100 years), got ${graceMs}`);
       }
-      const secret = newSecret('endpoints.rotateSecret.secret', options.secret);
+      const secret = newSecret(options.secret);
       const row = found(await w.endpointRotateSecret({ id, secret, secretHint: secretHint(secret), graceMs, now: now() }), id);
       return { ...row, secret };
     },

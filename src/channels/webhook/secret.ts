@@ -19,7 +19,7 @@ export function generateSecret(): string {
 /**
  * Checks a secret's shape and returns its key bytes; throws WebhookSecretError (without the secret).
  * `bare: true` (verifying, as the standardwebhooks library does) also takes the key's base64
- * without the `whsec_` prefix; a secret rea stores or signs with must have it.
+ * without the `whsec_` prefix; a secret rea stores or signs with has it (see storedSecret).
  */
 export function parseSecret(secret: string, options: { bare?: boolean } = {}): Buffer {
   if (typeof secret !== 'string') throw new WebhookSecretError(`expected a string, got ${secret === null ? 'null' : typeof secret}`);
@@ -35,6 +35,19 @@ export function parseSecret(secret: string, options: { bare?: boolean } = {}): B
     throw new WebhookSecretError(`decodes to ${key.length} bytes; at least ${MIN_SECRET_BYTES} are required`);
   }
   return key;
+}
+
+/**
+ * A secret given to create or rotateSecret, in the one form rea stores, signs with and returns:
+ * `whsec_` + the base64 as given. It may come as the base64 alone, as verifyPayload and the
+ * Standard Webhooks libraries take it (before, create and rotateSecret refused that form), so the
+ * same key verifies whichever form the receiver holds. Throws WebhookSecretError, naming the problem and
+ * never the secret, for one that is not base64 or decodes to fewer than MIN_SECRET_BYTES.
+ */
+export function storedSecret(given: unknown): string {
+  parseSecret(given as string, { bare: true });
+  const secret = given as string;
+  return secret.startsWith(SECRET_PREFIX) ? secret : SECRET_PREFIX + secret;
 }
 
 /**

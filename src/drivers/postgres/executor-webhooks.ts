@@ -73,6 +73,7 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
     const { rows } = await this.pool.query<Row>(this.sql.attemptRecord, [
       a.jobId, a.endpointId, a.eventId, a.webhookId, a.attempt, a.status, Math.round(a.durationMs), a.outcome,
       a.responseExcerpt, a.error, p.health.effect, p.now, p.health.effect === 'gone' ? p.health.reason : null, p.failingDelayMs,
+      p.health.effect === 'failure' ? p.health.answered : null,
     ]);
     return { stateChangedTo: (rows[0]?.state_changed_to ?? null) as EndpointState | null };
   }
@@ -103,7 +104,7 @@ export class PostgresWebhookExecutor implements WebhookExecutor {
 function mapEndpoint(r: Row): EndpointRow {
   return {
     id: r.id, url: r.url, description: r.description, eventTypes: r.event_types, state: r.state,
-    failingSince: r.failing_since ?? null, disabledAt: r.disabled_at ?? null, disabledReason: r.disabled_reason ?? null,
+    failingSince: r.failing_since ?? null, lastSuccessAt: r.last_success_at ?? null, disabledAt: r.disabled_at ?? null, disabledReason: r.disabled_reason ?? null,
     secretHint: r.secret_hint, createdAt: r.created_at, updatedAt: r.updated_at,
   };
 }

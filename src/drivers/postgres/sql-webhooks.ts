@@ -20,8 +20,8 @@ export const SUCCESS_NOTE_DIVISOR = 10;
 export const MAX_PREVIOUS_SECRETS = 3;
 
 // Every read of an endpoint selects exactly these columns: `secrets` is never among them.
-const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, disabled_at,
-  disabled_reason, secret_hint, created_at, updated_at`;
+const ENDPOINT_COLUMNS = /* sql */ `id::text as id, url, description, event_types, state, failing_since, last_success_at,
+  disabled_at, disabled_reason, secret_hint, created_at, updated_at`;
 
 const ATTEMPT_COLUMNS = /* sql */ `id::text as id, job_id::text as delivery_id, endpoint_id::text as endpoint_id,
   event_id::text as event_id, webhook_id, attempt, at, status, duration_ms, outcome, response_excerpt, error`;
@@ -147,13 +147,15 @@ returning e.id::text as id`,
     // SUCCESS_NOTE_DIVISOR), so a healthy endpoint costs no update per delivery; one that was
     // disabled meanwhile (by its owner or the health pass) stays disabled.
     //
-    // A failure the receiver answered (any status: 4xx, 5xx, 429) turns the endpoint failing only
-    // when no delivery to it succeeded in the last failingDelayMs: the endpoint is up, and one
-    // message it refuses says nothing about the others. Before, every failure of one bad message
-    // (400 to it, 200 to all others) turned the endpoint failing and held every other delivery
-    // failingDelayMs out, again at each of its retries. A failure with no answer (a timeout, a
-    // connection or DNS error, a refused address) still turns it failing at once: those cost a
-    // slot each, up to the whole timeout, and would cost the same for every delivery behind it. So
+    // A failure the receiver answered ($15, the channel's receiverAnswered: a 4xx, 429, 500…)
+    // turns the endpoint failing only when no delivery to it succeeded in the last failingDelayMs:
+    // the endpoint is up, and one message it refuses says nothing about the others. Before, every
+    // failure of one bad message (400 to it, 200 to all others) turned the endpoint failing and
+    // held every other delivery failingDelayMs out, again at each of its retries. A failure with
+    // no answer (a timeout, a connection or DNS error, a refused address, and a 502, a 504 or a
+    // 503 without Retry-After: a gateway in front saying the receiver did not answer) still turns
+    // it failing at once: the receiver is down for every delivery, not refusing one, and a
+    // timeout costs a slot each, up to the whole timeout, for every delivery behind it. So
     // does any failure of an endpoint that never succeeded. An endpoint that fails everything is
     // failing by the first failure after its last success is failingDelayMs old, and disabled
     // disableAfterMs after that, as before.
@@ -191,7 +193,7 @@ with attempt as (
     and e.state <> 'disabled'
     and case $11::text when 'success' then e.state <> 'enabled' or e.failing_since is not null
                        when 'failure' then e.state <> 'failing'
-                         and ($6::int is null or e.last_success_at is null
+                         and ($15::boolean is not true or e.last_success_at is null
                               or e.last_success_at <= coalesce($12::timestamptz, now()) - $14::double precision * interval '1 millisecond')
                        when 'gone' then true
                        else false end
