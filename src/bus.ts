@@ -823,6 +823,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         retention.register(spec);
       },
       // A misspelt dryRun (dryrun) was a real pass: what the caller meant to count was deleted.
+      // Not `explained` here: runOnce explains each rule's failure, as only rea's rules are rea's statements.
       run: async (runOptions) => retention.runOnce(knownOptions(runOptions, { dryRun: true }, 'retention.run(options)')),
     },
 
