@@ -691,9 +691,9 @@ export class Worker {
     const states = new Map((await this.driver.operations.jobStates({ ids: items.map((d) => d.job.id) })).map((s) => [s.id, s]));
     return items.filter((d) => {
       const s = states.get(d.job.id);
-      if (s?.state === 'completed' && s.attempt === d.job.attempt) return true;
+      if (s && this.completedHere(s, d.job)) return true;
       this.deps.log.warn(
-        { job_id: d.job.id, attempt: d.job.attempt, now: s ? `${s.state}, attempt ${s.attempt}` : 'gone' },
+        { job_id: d.job.id, attempt: d.job.attempt, now: s ? this.describeState(s) : 'gone' },
         'a job finished after its lease expired; the rescuer had already returned it to the queue, so this run does not count',
       );
       return false;
@@ -710,9 +710,25 @@ export class Worker {
       if (resent.has(item) && s.state === failure.state && s.attempt === failure.attempt - (failure.refundAttempt ? 1 : 0)) {
         return [item, { kind: 'stored', retryAt: s.scheduledAt }];
       }
-      if (s.state === 'completed' && s.attempt === job.attempt) return [item, { kind: 'completed' }];
-      return [item, { kind: 'elsewhere', now: `${s.state}, attempt ${s.attempt}` }];
+      if (this.completedHere(s, job)) return [item, { kind: 'completed' }];
+      return [item, { kind: 'elsewhere', now: this.describeState(s) }];
     }));
+  }
+
+  /**
+   * The job was completed by this very run: at its attempt, and by this worker. The attempt alone
+   * does not say so: a job given back uncounted (a release, a stop's refund) is taken again at the
+   * same number, and another worker's completion of it was taken for this run's own (a lost COMMIT
+   * reply: job:completed for a run that failed, and its failure said to be no failure).
+   */
+  private completedHere(s: JobStateRow, job: ClaimedJob): boolean {
+    return s.state === 'completed' && s.attempt === job.attempt && s.attemptedBy === this.deps.workerId;
+  }
+
+  /** A job's state for a log line, naming the worker that took its attempt when it is not this one. */
+  private describeState(s: JobStateRow): string {
+    const by = s.attemptedBy !== null && s.attemptedBy !== this.deps.workerId ? ` by ${s.attemptedBy}` : '';
+    return `${s.state}, attempt ${s.attempt}${by}`;
   }
 
   private reportMissed(item: FailureItem, found: MissedFailure): void {
@@ -754,11 +770,13 @@ export class Worker {
 
 /**
  * A failure the write left alone, by how its job was found. stored: an earlier write of it, whose
- * reply was lost, had stored it. completed: completed at this very attempt (a transactional
- * handler's commit went through, its reply was lost, and the run failed waiting for it).
+ * reply was lost, had stored it. completed: completed at this very attempt, by this worker (a
+ * transactional handler's commit went through, its reply was lost, and the run failed waiting for it).
  * elsewhere: no longer this attempt's (its lease expired and the rescuer returned it).
  */
 type MissedFailure = { kind: 'stored'; retryAt: Date } | { kind: 'completed' } | { kind: 'elsewhere'; now: string };
+
+type JobStateRow = Awaited<ReturnType<Driver['operations']['jobStates']>>[number];
 
 /** The job's event is gone (retention deleted it before the job ran): the job is discarded, as no attempt could succeed. */
 export class MissingEventError extends Error {
