@@ -240,21 +240,40 @@ export class Worker {
     }, timeoutMs);
   }
 
+  /**
+   * Take no more work, for good, while the bus runs on (a newer rea migrated the schema in a way
+   * this one must not run against): claims end, the relay's hand-offs go back to the queue, and so
+   * do the jobs claimed ahead. Running jobs finish, and their outcomes are written; stop() still
+   * ends what is left as usual.
+   */
+  async stopTaking(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.accepting = false;
+    this.claimsEnded = this.loop.stop();
+    await this.claimsEnded;
+    this.releaseBuffer();
+  }
+
   /** Stop claiming, let running handlers finish for up to timeoutMs (from beginStop), abort the rest, write outcomes. */
   async stop(timeoutMs: number): Promise<void> {
     this.beginStop(timeoutMs);
     await this.claimsEnded;
-    clearTimeout(this.bufferTimer);
-    this.bufferTimer = undefined;
-    // Jobs claimed ahead but never started go straight back to the queue for another process.
-    for (const { job } of this.buffer.splice(0)) {
-      this.buffered.add(job, -1);
-      this.settle(job, { kind: 'released' });
-    }
+    this.releaseBuffer();
     // Every running job settles: it finishes, or the deadline aborts it (the race rejects at once).
     await Promise.all([...this.active.values()].map((a) => a.settled));
     clearTimeout(this.stopDeadline);
     await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
+  }
+
+  /** Jobs claimed ahead but never started go straight back to the queue for another process. */
+  private releaseBuffer(): void {
+    clearTimeout(this.bufferTimer);
+    this.bufferTimer = undefined;
+    for (const { job } of this.buffer.splice(0)) {
+      this.buffered.add(job, -1);
+      this.settle(job, { kind: 'released' });
+    }
   }
 
   /**
