@@ -206,6 +206,21 @@ describe('inline delivery on postgres', () => {
     expect(started.toSorted()).toEqual(ids.toSorted());
   });
 
+  /**
+   * The round waits for its handler, its transaction idle: end that session, as a failover would.
+   * Only the round that holds the event has written (backend_xid): a round started beside it for a
+   * wake-up (the LISTEN connection's first nudge) claims nothing and commits at once, but may be
+   * caught idle in its transaction between statements, which made these tests fail at times.
+   */
+  const endWaitingRound = async (schema: string) => {
+    const killed = await target.query<{ pid: number }>(
+      `select pg_terminate_backend(pid) as ok, pid from pg_stat_activity
+       where state = 'idle in transaction' and backend_xid is not null and datname = current_database() and query like $1`,
+      [`%"${schema}".events%`],
+    );
+    expect(killed).toHaveLength(1);
+  };
+
   test('a round whose transaction is cut off stores nothing, and its events are delivered again', async () => {
     const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 5000 } });
     const v = views(target, bus.schema);
@@ -225,16 +240,7 @@ describe('inline delivery on postgres', () => {
     await bus.start();
     const [id] = await recordAll(bus, [7]);
     await firstRun.promise;
-    // The round waits for the handler, its transaction idle: end that session, as a failover would.
-    // Only the round that holds the event has written (backend_xid): a round started beside it
-    // for a wake-up (the LISTEN connection's first nudge) claims nothing and commits at once, but
-    // may be caught idle in its transaction between statements, which made this test fail at times.
-    const killed = await target.query<{ pid: number }>(
-      `select pg_terminate_backend(pid) as ok, pid from pg_stat_activity
-       where state = 'idle in transaction' and backend_xid is not null and datname = current_database() and query like $1`,
-      [`%"${bus.schema}".events%`],
-    );
-    expect(killed).toHaveLength(1);
+    await endWaitingRound(bus.schema);
     expect((await v.events())[0]!.fanned).toBe(false);
     release.resolve();
     await again.promise;
@@ -264,13 +270,7 @@ describe('inline delivery on postgres', () => {
     await bus.start();
     await recordAll(bus, [7]);
     await firstRun.promise;
-    // As in the test above: end the round's session while it waits.
-    const killed = await target.query<{ pid: number }>(
-      `select pg_terminate_backend(pid) as ok, pid from pg_stat_activity
-       where state = 'idle in transaction' and backend_xid is not null and datname = current_database() and query like $1`,
-      [`%"${bus.schema}".events%`],
-    );
-    expect(killed).toHaveLength(1);
+    await endWaitingRound(bus.schema);
     release.resolve();
     await again.promise;
     expect(lines.filter((l) => l.handler === 'ship' && l.level === 'warn').map((l) => [l.msg, l.err, l.err_name])).toEqual([
