@@ -89,6 +89,8 @@ export interface BusOptions<S extends EventSchemas> {
   };
   notifyDebounceMs?: number;
   leader?: { ttlMs?: number; renewMs?: number };
+  /** How often a started bus checks the schema for a newer rea's migrations (default 60 s). */
+  migrations?: { checkIntervalMs?: number };
   rescuer?: { intervalMs?: number; batchSize?: number };
   /** Leader-run VACUUM of rea's tables: by default only while the server's autovacuum is off. */
   vacuum?: { mode?: 'auto' | 'always' | 'never'; intervalMs?: number };
@@ -298,6 +300,16 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       .finally(() => { beating = undefined; });
     return beating;
   };
+  // A started bus reads the schema's migrations again every migrations.checkIntervalMs (see
+  // checkSchema). `tooNew`: the newer rea's breaking migration it found; from then on this process
+  // takes no work and record() refuses, and `stoppingWork` is the stop of its relay, worker and
+  // leadership. `newerWarned`: the newer migrations (not breaking) already warned about.
+  let schemaCheck: NodeJS.Timeout | undefined;
+  let checking: Promise<void> | undefined;
+  let tooNew: DatabaseError | undefined;
+  let stoppingWork: Promise<void> | undefined;
+  const newerWarned = new Set<number>();
+  const migrationCheckMs = o.migrations?.checkIntervalMs ?? DEFAULTS.migrations.checkIntervalMs;
 
   // At most one NOTIFY per payload per window per process (the first at once), sent outside any
   // business transaction.
@@ -470,10 +482,62 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     );
   };
 
+  /** As warnNewer, for a started bus: only when the schema has a newer migration this bus has not warned about yet. */
+  const noteNewer = (newer: number[]) => {
+    if (newer.every((v) => newerWarned.has(v))) return;
+    for (const v of newer) newerWarned.add(v);
+    warnNewer(newer);
+  };
+
+  /**
+   * What start() asks, asked again by a started bus: a process that was running when a newer rea
+   * migrated (a rolling deploy) ran its old statements against the new schema for as long as it
+   * lived, where start() would have refused it. A check still on its way is not joined by another.
+   */
+  const checkSchema = (): Promise<void> => (checking ??= (async () => {
+    try {
+      noteNewer((await driver.checkMigrated()).newer);
+    } catch (err) {
+      if (err instanceof DatabaseError && err.kind === 'too-new') return stopForNewerSchema(err);
+      if (state !== 'started') return; // the pool closed under it at stop
+      log.warn({ err: errorMessage(err) }, "checking the schema's migrations failed; will check again");
+    }
+  })().finally(() => { checking = undefined; }));
+
+  /**
+   * A newer rea's breaking migration: older code would misread or damage what it changed. So this
+   * process takes no more work: no relay round, no claim, no maintenance (it gives the lease back),
+   * no heartbeat. Running handlers finish and their outcomes are written (they started on the old
+   * schema; aborting them would only run them again). record() refuses from now on, from `tooNew`:
+   * a flag, not a query per record. Not undone: a breaking migration is not rolled back but by a
+   * restore, and the process's next start checks again.
+   */
+  const stopForNewerSchema = async (err: DatabaseError): Promise<void> => {
+    if (tooNew || state !== 'started') return;
+    tooNew = err;
+    clearInterval(schemaCheck);
+    clearInterval(heartbeat);
+    stoppingWork = Promise.all([relay.stop(), worker.stopTaking(), leader.stop()]).then(
+      () => {},
+      (failed: unknown) => log.warn({ err: errorMessage(failed) }, 'stopping work for a newer schema failed'),
+    );
+    const breaking = (await driver.migrationStatus?.().catch(() => undefined))?.breaking ?? [];
+    log.error(
+      { schema, breaking_migrations: breaking, known_up_to: LATEST_MIGRATION, err: err.message },
+      'a newer rea applied a migration marked breaking to this schema while this process ran: it takes no more work (relay rounds, job claims, maintenance) and its record() refuses (DatabaseError too-new); running handlers finish. Upgrade this process to a rea at least as new as the one that migrated the schema, and restart it',
+    );
+    lifecycle.emit('schema:too-new', { error: err, breaking });
+  };
+
+  /** record() in a process that found a newer rea's breaking migration (stopForNewerSchema). */
+  const refuseTooNew = () => {
+    if (tooNew) throw new DatabaseError('too-new', tooNew.message);
+  };
+
   async function startBus(): Promise<void> {
     // The first statements a started bus runs: a database that is down, or a schema missing or
     // behind on migrations, is named here, not in a warning from every poll.
-    warnNewer((await explained(driver.checkMigrated())).newer);
+    noteNewer((await explained(driver.checkMigrated())).newer);
     await explained(driver.executor.handlerUpsertMany(
       [...handlers.values()].map((h) => ({
         name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
@@ -500,6 +564,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     // Retention rules are known only now: retention.register() may be called until start().
     if (o.retention?.enabled !== false) for (const service of retention.services()) maintenance.push(new ServiceRunner(service, log, housekeeping));
     leader.start();
+    schemaCheck = setInterval(() => void checkSchema(), migrationCheckMs);
+    schemaCheck.unref();
   }
 
   async function stopBus(): Promise<void> {
@@ -510,6 +576,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     const wasStarted = state === 'started';
     state = 'stopped';
     clearInterval(heartbeat);
+    clearInterval(schemaCheck);
     if (wasStarted) {
       // The handlers' deadline runs from here: the relay's stop may wait for a round that waits
       // for a connection, which running transactional handlers hold until they end or are aborted.
@@ -527,6 +594,8 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         Math.max(STOP_STEP_MIN_MS, deadline + graceMs - performance.now()),
         (waitedMs) => log.warn({ waited_ms: waitedMs }, `${what} still running at stop (a statement waiting on a lock, or a server that does not answer); not waiting for it`),
       );
+      // A newer schema's stop (stopForNewerSchema) first: it may be giving the lease back.
+      if (stoppingWork) await upTo('stopping work for a newer schema', stoppingWork);
       await upTo('relay round', relay.stop());
       await upTo('worker', worker.stop(timeoutMs), STOP_WRITE_GRACE_MS);
       await upTo('leader election', leader.stop());
@@ -589,6 +658,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       // The handle first: record('order.created', payload), the tx forgotten, said the type was
       // '[object Object]', an unknown event type.
       const q = driver.unwrapTransaction(tx, 'record()');
+      refuseTooNew();
       const row = await prepare(type, payload, opts, activeSpanContext());
       await recordInto(tx, q, [row]);
       return row.id;
@@ -596,6 +666,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
 
     async recordMany(tx, items) {
       const q = driver.unwrapTransaction(tx, 'recordMany()');
+      refuseTooNew();
       if (!Array.isArray(items)) throw new OptionsError('recordMany(items)', 'must be an array of { type, payload, subject? }');
       const rows: EventInsert[] = [];
       const active = activeSpanContext();
@@ -823,6 +894,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         retention.register(spec);
       },
       // A misspelt dryRun (dryrun) was a real pass: what the caller meant to count was deleted.
+      // Not `explained` here: runOnce explains each rule's failure, as only rea's rules are rea's statements.
       run: async (runOptions) => retention.runOnce(knownOptions(runOptions, { dryRun: true }, 'retention.run(options)')),
     },
 

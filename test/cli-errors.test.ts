@@ -721,6 +721,8 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
         ['jobs.retry', () => bus.jobs.retry({ state: 'discarded' })], ['jobs.cancel', () => bus.jobs.cancel(['1'])],
         ['handlers.list', () => bus.handlers.list()], ['endpoints.list', () => bus.endpoints.list()],
         ['endpoints.get', () => bus.endpoints.get(id)], ['deliveries.resend', () => bus.deliveries.resend('1')],
+        // It rejected with the server's raw 42P01.
+        ['retention.run', () => bus.retention.run()], ['retention.run dry', () => bus.retention.run({ dryRun: true })],
       ];
       for (const [name, call] of calls) {
         const err = await call().then(() => null, (e: unknown) => e);
@@ -799,6 +801,37 @@ describeTargets('start() on a schema that is not migrated, on $name', (target) =
       await bus.stop();
     }
     expect(await target.query(`select count(*)::int as n from ${s}.events`)).toEqual([{ n: 0 }]);
+  });
+
+  // retention.run threw the server's raw 42703 where the other calls said not-migrated; a table of
+  // the application's keeps its own error, as the application's statements do.
+  test('retention.run on a schema behind: rea\'s own rules are not-migrated; a registered table\'s own error stays its own', async () => {
+    const migrated = await testBus(target, events);
+    const s = `"${migrated.schema}"`;
+    const app = `${migrated.schema}_app`;
+    await target.query(`create schema ${app}`);
+    await target.query(`create table ${app}.visits (seen_at timestamptz not null)`);
+    const bus = createBus({ database: target.database(), events, schema: migrated.schema });
+    bus.retention.register({ table: `${app}.visits`, timeColumn: 'seen_at', olderThan: '1d' });
+    try {
+      expect((await bus.retention.run()).rules.map((r) => r.rule)).toContain(`app:${app}.visits`);
+      // Its column renamed since the first pass checked it: the application's statement, the server's error.
+      await target.query(`alter table ${app}.visits rename column seen_at to seen`);
+      const own = await bus.retention.run().then(() => null, (e: unknown) => e);
+      expect(own).not.toBeInstanceOf(ReaError);
+      expect(own).toMatchObject({ code: '42703' });
+      await target.query(`alter table ${app}.visits rename column seen to seen_at`);
+      // One of rea's own rules meets a column its schema lacks.
+      await target.query(`alter table ${s}.consumes drop column consumed_at`);
+      for (const dryRun of [false, true]) {
+        await expect(bus.retention.run({ dryRun })).rejects.toMatchObject({
+          code: 'ERR_DATABASE', kind: 'not-migrated', message: expect.stringMatching(/lacks migrations of this rea \(its statement failed: column "?[a-z.]*consumed_at"? does not exist\)/),
+        });
+      }
+    } finally {
+      await bus.stop();
+      await target.query(`drop schema if exists ${app} cascade`);
+    }
   });
 
   test('a schema a newer rea migrated: warned about, or refused by name when a newer migration is marked breaking', async () => {

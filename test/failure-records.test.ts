@@ -204,6 +204,45 @@ describeTargets('failure records on $name', (target) => {
     expect(lines.some((l) => l.level === 'warn' && String(l.msg).startsWith('a job finished after its lease expired'))).toBe(true);
   });
 
+  // The job's row as another worker leaves it once it has run the job at the same attempt number
+  // (given back uncounted, by a release or a stop's refund, and taken again) and completed it.
+  const completedByAnother = (schema: string, jobId: string) => target.query(
+    `update "${schema}".jobs set state = 'completed', attempted_by = 'another-worker', finalized_at = now(), lease_expires_at = null where id = $1`, [jobId]);
+
+  test('a failed run whose job another worker completed at the same attempt is not taken for this run\'s own completion (a lost COMMIT reply)', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    bus.on('task.queued', 'ship', async (_e, ctx) => {
+      await completedByAnother(bus.schema, ctx.jobId);
+      throw new Error('carrier down');
+    }, { maxAttempts: 3 });
+    const completed: number[] = [];
+    bus.lifecycle.on('job:completed', (e) => void completed.push(e.attempt));
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    const told = (l: Record<string, unknown>) => l.level === 'warn' && /^a job failed after its lease expired|^a job's completion had committed although its reply was lost/.test(String(l.msg));
+    await expect.poll(() => lines.some(told)).toBe(true);
+    // Before: 'its completion had committed although its reply was lost', and job:completed for this failed run.
+    expect(lines.find(told)).toMatchObject({ msg: expect.stringMatching(/^a job failed after its lease expired/), attempt: 1, now: 'completed, attempt 1 by another-worker' });
+    expect(completed).toEqual([]);
+  });
+
+  test('a finished run whose job another worker completed at the same attempt is not reported completed by this one', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { logger: captureLogger(lines) });
+    bus.on('task.queued', 'ship', async (_e, ctx) => {
+      await completedByAnother(bus.schema, ctx.jobId);
+    }, { maxAttempts: 3 });
+    const completed: number[] = [];
+    bus.lifecycle.on('job:completed', (e) => void completed.push(e.attempt));
+    await bus.start();
+    await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    const told = (l: Record<string, unknown>) => l.level === 'warn' && String(l.msg).startsWith('a job finished after its lease expired');
+    await expect.poll(() => lines.some(told)).toBe(true);
+    expect(lines.find(told)).toMatchObject({ attempt: 1, now: 'completed, attempt 1 by another-worker' });
+    expect(completed).toEqual([]);
+  });
+
   test('a webhook answer with a NUL byte is a success like any other (its excerpt is stored cleaned)', async () => {
     const bus = await testBus(target, events, { webhooks: { allowPrivateNetworks: true } });
     const r = await receiver((_q, res) => res.end(Buffer.from('ok\u0000\u0001', 'utf8')));

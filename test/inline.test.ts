@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { createAdminHandler, createBus, defineEvents, OptionsError } from '../src/index.js';
 import { bearer, call, login, serve, TOKEN } from './helpers/admin.js';
 import { postgresTarget, pgliteTarget, quickBackoff, testBus, type Target } from './helpers/db.js';
+import { captureLogger } from './helpers/log.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'order.created': z.object({ n: z.number() }) });
@@ -205,6 +206,21 @@ describe('inline delivery on postgres', () => {
     expect(started.toSorted()).toEqual(ids.toSorted());
   });
 
+  /**
+   * The round waits for its handler, its transaction idle: end that session, as a failover would.
+   * Only the round that holds the event has written (backend_xid): a round started beside it for a
+   * wake-up (the LISTEN connection's first nudge) claims nothing and commits at once, but may be
+   * caught idle in its transaction between statements, which made these tests fail at times.
+   */
+  const endWaitingRound = async (schema: string) => {
+    const killed = await target.query<{ pid: number }>(
+      `select pg_terminate_backend(pid) as ok, pid from pg_stat_activity
+       where state = 'idle in transaction' and backend_xid is not null and datname = current_database() and query like $1`,
+      [`%"${schema}".events%`],
+    );
+    expect(killed).toHaveLength(1);
+  };
+
   test('a round whose transaction is cut off stores nothing, and its events are delivered again', async () => {
     const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 5000 } });
     const v = views(target, bus.schema);
@@ -224,16 +240,7 @@ describe('inline delivery on postgres', () => {
     await bus.start();
     const [id] = await recordAll(bus, [7]);
     await firstRun.promise;
-    // The round waits for the handler, its transaction idle: end that session, as a failover would.
-    // Only the round that holds the event has written (backend_xid): a round started beside it
-    // for a wake-up (the LISTEN connection's first nudge) claims nothing and commits at once, but
-    // may be caught idle in its transaction between statements, which made this test fail at times.
-    const killed = await target.query<{ pid: number }>(
-      `select pg_terminate_backend(pid) as ok, pid from pg_stat_activity
-       where state = 'idle in transaction' and backend_xid is not null and datname = current_database() and query like $1`,
-      [`%"${bus.schema}".events%`],
-    );
-    expect(killed).toHaveLength(1);
+    await endWaitingRound(bus.schema);
     expect((await v.events())[0]!.fanned).toBe(false);
     release.resolve();
     await again.promise;
@@ -242,6 +249,34 @@ describe('inline delivery on postgres', () => {
     expect(runs).toEqual([7, 7]);
     expect(await v.jobs()).toEqual([]);
     expect((await v.events())[0]).toMatchObject({ id, delivered_inline: ['ship'] });
+  });
+
+  // A failure is logged once stored, with its due time as stored; one whose round never commits is
+  // stored nowhere, and its error went unsaid.
+  test('a failure in a round that does not commit is logged as not recorded, and the event is delivered again', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { relay: { inlineMs: 5000 }, logger: captureLogger(lines) });
+    const v = views(target, bus.schema);
+    const firstRun = deferred();
+    const release = deferred();
+    const again = deferred();
+    let runs = 0;
+    bus.on('order.created', 'ship', async () => {
+      if (++runs > 1) return again.resolve();
+      firstRun.resolve();
+      await release.promise;
+      throw new TypeError('carrier down');
+    });
+    await bus.start();
+    await recordAll(bus, [7]);
+    await firstRun.promise;
+    await endWaitingRound(bus.schema);
+    release.resolve();
+    await again.promise;
+    expect(lines.filter((l) => l.handler === 'ship' && l.level === 'warn').map((l) => [l.msg, l.err, l.err_name])).toEqual([
+      ['job failed in an inline round that did not commit; not recorded, and its event will be delivered again', 'carrier down', 'TypeError'],
+    ]);
+    expect(await v.jobs()).toEqual([]);
   });
 
   test('a coalescing handler gets one inline delivery per subject, named on the newest event of it', async () => {

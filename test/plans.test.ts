@@ -45,7 +45,7 @@ describeTargets('plans on $name', (target) => {
     const batches: [string, string, unknown[]][] = [
       ['jobCompleteMany', sql.jobCompleteMany, [ids, attempts, now]],
       ['jobReleaseMany', sql.jobReleaseMany, [ids, attempts]],
-      ['jobFailMany', sql.jobFailMany, [ids, attempts, ids.map(() => 'retryable'), ids.map(() => null), ids.map(() => '{}'), now, ids.map(() => false), ids.map(() => null)]],
+      ['jobFailMany', sql.jobFailMany, [ids, attempts, ids.map(() => 'retryable'), ids.map(() => null), ids.map(() => '{}'), now, ids.map(() => false), ids.map(() => null), ids.map(() => null)]],
     ];
     for (const [name, text, params] of batches) {
       const plan = await planOf(target, text, params);

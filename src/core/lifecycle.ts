@@ -1,5 +1,6 @@
 // Typed lifecycle signals. Services emit them; tests and operators wait on them instead of sleeping.
 import { EventEmitter } from 'node:events';
+import type { DatabaseError } from './errors.js';
 
 export interface LifecycleEvents {
   'relay:batch:fanned': { eventIds: string[]; jobs: number; handedOff: number };
@@ -27,6 +28,12 @@ export interface LifecycleEvents {
   'retention:pass': { rule: string; table: string; olderThanMs: number; removed: number; batches: number; archived: boolean; dryRun: boolean };
   'leader:elected': { leaderId: string };
   'leader:lost': { leaderId: string };
+  /**
+   * A started bus found a newer rea's breaking migration in its schema (migrations.checkIntervalMs):
+   * it takes no more work and its record() refuses; upgrade the process. `error`: what start() would
+   * have thrown (DatabaseError 'too-new'); `breaking`: those migrations.
+   */
+  'schema:too-new': { error: DatabaseError; breaking: number[] };
   'transaction:committed': { events: number };
   /** A claim failed, or a batched write of outcomes (completions, failures, releases) did; the worker retries. */
   'worker:error': { error: Error };

@@ -59,6 +59,13 @@ export const DEFAULTS = {
   /** Debounce for the cross-process NOTIFY sent after rea sees a commit. */
   notifyDebounceMs: 3,
   leader: { ttlMs: 15_000, renewMs: 5_000 },
+  migrations: {
+    /**
+     * How often a started bus reads the schema's migrations again, as start() did: a newer rea
+     * may have migrated it since (a rolling deploy). A breaking migration stops this process's work.
+     */
+    checkIntervalMs: 60_000,
+  },
   rescuer: { intervalMs: 5_000, batchSize: 1000 },
   /** 'auto': the leader vacuums rea's tables only while the server's autovacuum is off. */
   vacuum: { mode: 'auto' as 'auto' | 'always' | 'never', intervalMs: 60_000 },
@@ -211,6 +218,12 @@ const housekeepingIntervalMs = positiveInt.min(MIN_HOUSEKEEPING_INTERVAL_MS, `at
 export const MIN_WRITE_TIMER_MS = 50;
 /** The shortest leader lease: twice the shortest renewal (a 20 ms lease lapsed between renewals on an idle machine). */
 export const MIN_LEADER_TTL_MS = 2 * MIN_WRITE_TIMER_MS;
+/**
+ * The shortest migrations.checkIntervalMs. Each check is one small read of the migrations table,
+ * from every started process; a few ms would only keep a connection of the pool busy with it.
+ * The tests' own, 50 ms, is the shortest any use needs.
+ */
+export const MIN_MIGRATION_CHECK_MS = 50;
 /** An alert threshold (fires above it), or -1 to turn the alert off. */
 const threshold = z.union([z.literal(-1), nonNegInt], { error: 'a non-negative number, or -1 to turn the alert off' });
 
@@ -367,6 +380,9 @@ export const busOptionsSchema = z.object({
       });
     }
   }).optional(),
+  migrations: z.object({
+    checkIntervalMs: timerMs.min(MIN_MIGRATION_CHECK_MS, `at least ${MIN_MIGRATION_CHECK_MS} ms: each check is a read of the schema's migrations, from every started process; a newer rea's migration needs noticing within seconds, not milliseconds`).optional(),
+  }).strict().optional(),
   rescuer: z.object({ intervalMs: positiveInt.optional(), batchSize: positiveInt.optional() }).strict().optional(),
   vacuum: z.object({ mode: z.enum(['auto', 'always', 'never']).optional(), intervalMs: housekeepingIntervalMs.optional() }).strict().optional(),
   webhooks: z.object({

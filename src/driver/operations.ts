@@ -135,7 +135,8 @@ export interface OperationsExecutor {
   /**
    * The states of the given jobs (to tell the caller why some were left alone); waitingJobId:
    * another job of the same handler for the same event that waits or runs (jobRetry leaves a
-   * job alone while there is one), or null.
+   * job alone while there is one), or null. attemptedBy: the worker that took its last attempt (a
+   * claim, a hand-off or an inline round), or null when none did or a release gave it back.
    */
-  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; scheduledAt: Date; eventFound: boolean; waitingJobId: string | null }[]>;
+  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; attemptedBy: string | null; scheduledAt: Date; eventFound: boolean; waitingJobId: string | null }[]>;
 }

@@ -134,7 +134,9 @@ export interface InlineJobRow {
   scheduledAt: Date | null;
   /** As JobFailure.retryInMs: due this long after the statement's now() (when scheduledAt is null). */
   retryInMs?: number;
-  error: JobErrorEntry | null;
+  error: NewJobErrorEntry | null;
+  /** As JobFailure.errorAgeMs. */
+  errorAgeMs?: number;
 }
 
 export interface FanOutResult {
@@ -198,6 +200,12 @@ export interface JobErrorEntry {
   stack?: string;
 }
 
+/**
+ * An error entry to store: `at` is given only by an injected clock (tests); without one the
+ * statement dates it by the database's clock (see JobFailure.errorAgeMs).
+ */
+export type NewJobErrorEntry = Omit<JobErrorEntry, 'at'> & { at?: string };
+
 export interface JobFailure {
   id: string;
   attempt: number;
@@ -212,7 +220,13 @@ export interface JobFailure {
    * from the failure, began before the statement.
    */
   retryInMs?: number;
-  error: JobErrorEntry;
+  error: NewJobErrorEntry;
+  /**
+   * With error.at absent: the failure came this many ms before the statement, which dates the
+   * entry by the database's clock, as it dates the retry; the application host's clock would put
+   * an entry minutes away from its job's lease and retry times when it is off.
+   */
+  errorAgeMs?: number;
   /** The attempt does not count (a shutdown cut it short): the job's attempt goes back by one. */
   refundAttempt?: boolean;
 }

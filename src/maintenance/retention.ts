@@ -65,6 +65,8 @@ interface Rule {
   table: string;
   everyMs: number;
   archived: boolean;
+  /** A table of the application's (retention.register), not one of rea's. */
+  app: boolean;
   /** null: keep forever. */
   target(): Promise<RetentionTarget | null>;
 }
@@ -147,8 +149,8 @@ export class Retention {
     });
   }
 
-  private add(name: string, table: string, everyMs: number, archived: boolean, target: Rule['target']): void {
-    this.rules.push({ name, table, everyMs, archived, target });
+  private add(name: string, table: string, everyMs: number, archived: boolean, target: Rule['target'], app = false): void {
+    this.rules.push({ name, table, everyMs, archived, app, target });
   }
 
   /** Apply the bounded cleaner to an application table. Names are checked here; the column's type on first run. */
@@ -185,7 +187,7 @@ export class Retention {
         checked = true;
       }
       return { kind: 'app', table, timeColumn: column, olderThanMs };
-    });
+    }, true);
   }
 
   /** One service per rule that runs on an interval; the leader runs them. */
@@ -197,11 +199,24 @@ export class Retention {
     }));
   }
 
-  /** One pass of every rule now (the CLI's `rea retention run`); with dryRun, count instead of delete. */
+  /**
+   * One pass of every rule now (bus.retention.run, the CLI's `rea retention run`); with dryRun,
+   * count instead of delete. It rejects as the bus's other calls do: a database that is down,
+   * refusing or not migrated is the driver's DatabaseError, and a column or table one of rea's own
+   * rules lacks (a schema behind this rea) is not-migrated, not the server's raw 42703. Per rule,
+   * because a registered table's statement is the application's: a column dropped from it since
+   * it was checked is its own error, not a migration of rea's that is missing.
+   */
   async runOnce(options: { dryRun?: boolean } = {}): Promise<RetentionReport> {
     const dryRun = options.dryRun === true;
     const rules: RetentionRuleReport[] = [];
-    for (const rule of this.rules) rules.push(await this.runRule(rule, dryRun, () => true));
+    for (const rule of this.rules) {
+      try {
+        rules.push(await this.runRule(rule, dryRun, () => true));
+      } catch (err) {
+        throw this.driver.explainError(err, { reaStatement: !rule.app });
+      }
+    }
     return { dryRun, removed: rules.reduce((n, r) => n + r.removed, 0), rules };
   }
 

@@ -5,25 +5,29 @@
 // (eventInlineFinish, which also takes them off their events), and then take the usual path.
 // Should the round's transaction fail, nothing of it was stored: its events are delivered again.
 import type { InlineJob, JobFailure } from '../driver/types.js';
+import type { Logger } from '../core/logger.js';
 
 /**
- * A retry the database's clock dates (no clock injected): due `delayMs` after the failure, at
- * `failedAt` (performance.now()). The statement that stores it turns this into
- * JobFailure.retryInMs, less the time gone since the failure.
+ * A failure the database's clock dates (no clock injected): it came at `failedAt`
+ * (performance.now()), and its retry is due `delayMs` after it (null: none, it is discarded).
+ * The statement that stores it dates its error entry and its retry from its own time, less the
+ * time gone since the failure (timingNow).
  */
-export interface RetryWait {
-  delayMs: number;
+export interface FailureTiming {
   failedAt: number;
+  delayMs: number | null;
 }
 
-/** What a retry wait comes to for a statement sent now. */
-export function retryInMs(wait: RetryWait): number {
-  return wait.delayMs - (performance.now() - wait.failedAt);
+/** What a failure's timing comes to for a statement sent now: JobFailure.errorAgeMs and .retryInMs. */
+export function timingNow(timing: FailureTiming): { errorAgeMs: number; retryInMs?: number } {
+  const errorAgeMs = performance.now() - timing.failedAt;
+  return timing.delayMs === null ? { errorAgeMs } : { errorAgeMs, retryInMs: timing.delayMs - errorAgeMs };
 }
 
 export type InlineOutcome =
   | { kind: 'succeeded'; durationMs: number }
-  | { kind: 'failed'; failure: JobFailure; discarded: boolean; durationMs: number; wait?: RetryWait }
+  /** log: the job's, for the failure's line once it is stored (with its due time as stored). */
+  | { kind: 'failed'; failure: JobFailure; discarded: boolean; durationMs: number; timing?: FailureTiming; log: Logger }
   /** Handed back unstarted (the worker stopped): it goes to the queue. */
   | { kind: 'released' };
 

@@ -10,11 +10,11 @@ import type { Lifecycle } from '../core/lifecycle.js';
 import { LazyLogger, type Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
 import { JobTraceScope, runInTrace } from '../core/trace.js';
-import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind } from '../driver/types.js';
+import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind, NewJobErrorEntry } from '../driver/types.js';
 import { JobAbort } from './abort.js';
 import { JobCounts } from './counts.js';
 import type { JobChannel } from './channel.js';
-import { InlineRound, retryInMs, type InlineOutcome, type RetryWait } from './inline.js';
+import { InlineRound, timingNow, type FailureTiming, type InlineOutcome } from './inline.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -56,8 +56,10 @@ interface FailureItem {
   discarded: boolean;
   /** How long the run took until it failed (what job:completed says, should the job turn out completed). */
   durationMs: number;
-  /** A retry the database's clock dates: failure.retryInMs is set from it at each write. */
-  wait?: RetryWait;
+  /** A failure the database's clock dates: failure.errorAgeMs and .retryInMs are set from it at each write. */
+  timing?: FailureTiming;
+  /** The job's logger: the failure is logged once stored (emitFailed). */
+  log: Logger;
   /** A stand-in record for one the database refused (see the failures batcher's isolate). */
   refused?: boolean;
   /** A write of it was sent before (and failed, or its reply was lost). */
@@ -151,7 +153,7 @@ export class Worker {
         // Sent before: a write whose reply was lost may have stored them already (see missedFailures).
         const resent = new Set(items.filter((i) => i.sent));
         for (const item of items) item.sent = true;
-        const failures = items.map((i) => (i.wait ? { ...i.failure, retryInMs: retryInMs(i.wait) } : i.failure));
+        const failures = items.map((i) => (i.timing ? { ...i.failure, ...timingNow(i.timing) } : i.failure));
         const written = new Map((await driver.executor.jobFailMany({ failures, now: deps.clock.now() })).map((r) => [r.id, r.scheduledAt]));
         // Fewer rows than failures: some were no longer this attempt's running job. Only what this
         // attempt recorded is reported as failed or discarded; the rest are told apart by how the
@@ -161,7 +163,7 @@ export class Worker {
         const found = missed.length > 0 ? await this.missedFailures(missed, resent) : new Map<FailureItem, MissedFailure>();
         for (const item of items) {
           const retryAt = written.get(item.job.id);
-          if (retryAt !== undefined) this.emitFailed(item.job, item.failure, item.discarded, retryAt);
+          if (retryAt !== undefined) this.emitFailed(item.job, item.failure, item.discarded, retryAt, item.log);
           else this.reportMissed(item, found.get(item)!);
         }
       },
@@ -171,7 +173,8 @@ export class Worker {
       isolate: {
         isTransient: (err) => driver.isTransientError(err),
         onRefused: (item, err) => {
-          deps.log.error({ err: errorMessage(err), job_id: item.job.id }, 'the database refused a job failure record');
+          // The failure's own line comes once the stand-in is stored, with the stand-in's message: name the real one here.
+          deps.log.error({ err: errorMessage(err), job_id: item.job.id, job_err: item.failure.error.message }, 'the database refused a job failure record');
           if (item.refused) return; // refused twice: the job's lease expires and the rescuer returns it
           const { error } = item.failure;
           const stand = { at: error.at, attempt: error.attempt, name: 'UnstorableError', message: `the error could not be stored (${errorMessage(err)})` };
@@ -237,21 +240,40 @@ export class Worker {
     }, timeoutMs);
   }
 
+  /**
+   * Take no more work, for good, while the bus runs on (a newer rea migrated the schema in a way
+   * this one must not run against): claims end, the relay's hand-offs go back to the queue, and so
+   * do the jobs claimed ahead. Running jobs finish, and their outcomes are written; stop() still
+   * ends what is left as usual.
+   */
+  async stopTaking(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.accepting = false;
+    this.claimsEnded = this.loop.stop();
+    await this.claimsEnded;
+    this.releaseBuffer();
+  }
+
   /** Stop claiming, let running handlers finish for up to timeoutMs (from beginStop), abort the rest, write outcomes. */
   async stop(timeoutMs: number): Promise<void> {
     this.beginStop(timeoutMs);
     await this.claimsEnded;
-    clearTimeout(this.bufferTimer);
-    this.bufferTimer = undefined;
-    // Jobs claimed ahead but never started go straight back to the queue for another process.
-    for (const { job } of this.buffer.splice(0)) {
-      this.buffered.add(job, -1);
-      this.settle(job, { kind: 'released' });
-    }
+    this.releaseBuffer();
     // Every running job settles: it finishes, or the deadline aborts it (the race rejects at once).
     await Promise.all([...this.active.values()].map((a) => a.settled));
     clearTimeout(this.stopDeadline);
     await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
+  }
+
+  /** Jobs claimed ahead but never started go straight back to the queue for another process. */
+  private releaseBuffer(): void {
+    clearTimeout(this.bufferTimer);
+    this.bufferTimer = undefined;
+    for (const { job } of this.buffer.splice(0)) {
+      this.buffered.add(job, -1);
+      this.settle(job, { kind: 'released' });
+    }
   }
 
   /**
@@ -382,10 +404,10 @@ export class Worker {
         if (names) names.push(job.target);
         else delivered.set(job.event.id, [job.target]);
       } else if (outcome?.kind === 'failed') {
-        const { failure, wait } = outcome;
+        const { failure, timing } = outcome;
         rows.push({
           job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt,
-          ...(wait ? { retryInMs: retryInMs(wait) } : {}), error: failure.error,
+          ...(timing ? timingNow(timing) : {}), error: failure.error,
         });
       } else if (outcome?.kind === 'released' || !this.active.has(job.id)) {
         if (!outcome) unstarted.add(job.id);
@@ -409,7 +431,8 @@ export class Worker {
   /**
    * The round's transaction ended. Committed: report what the round settled, and send outcomes
    * that came while it closed down the usual path (their rows exist now). Not committed: nothing
-   * of the round exists, its events are delivered again, and its outcomes are dropped.
+   * of the round exists, its events are delivered again, and its outcomes are dropped (a failure's
+   * error is still logged: it is stored nowhere).
    * retryAt: when the round's retryable rows are due, as stored (eventInlineFinish).
    */
   endInline(round: InlineRound, committed: boolean, retryAt?: ReadonlyMap<string, Date>): void {
@@ -418,12 +441,18 @@ export class Worker {
       if (round.outcomes.size + round.late.length > 0) {
         this.deps.log.debug({ jobs: round.jobs.size }, 'inline round did not commit; its events will be delivered again');
       }
+      for (const outcome of [...round.outcomes.values(), ...round.late.map((l) => l.outcome)]) {
+        if (outcome.kind === 'failed') {
+          const { error } = outcome.failure;
+          outcome.log.warn({ err: error.message, ...(error.name ? { err_name: error.name } : {}) }, 'job failed in an inline round that did not commit; not recorded, and its event will be delivered again');
+        }
+      }
       return;
     }
     for (const [id, outcome] of round.outcomes) {
       const job = round.jobs.get(id)!;
       if (outcome.kind === 'succeeded') this.emitCompleted({ job, durationMs: outcome.durationMs });
-      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded, retryAt?.get(id) ?? null);
+      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded, retryAt?.get(id) ?? null, outcome.log);
     }
     for (const { job, outcome } of round.late) this.settle(job, outcome);
   }
@@ -440,8 +469,8 @@ export class Worker {
     }
     if (outcome.kind === 'succeeded') this.completions.push({ job, durationMs: outcome.durationMs });
     else if (outcome.kind === 'failed') {
-      const { failure, discarded, durationMs, wait } = outcome;
-      this.failures.push({ failure, job, discarded, durationMs, ...(wait ? { wait } : {}) });
+      const { failure, discarded, durationMs, timing, log } = outcome;
+      this.failures.push({ failure, job, discarded, durationMs, log, ...(timing ? { timing } : {}) });
     }
     else this.releases.push(job);
   }
@@ -634,9 +663,12 @@ export class Worker {
 
   private fail(job: ClaimedJob, channel: JobChannel, err: unknown, log: Logger, durationMs: number): void {
     const injected = this.deps.clock.now();
-    const now = injected?.getTime() ?? Date.now();
-    const entry = {
-      at: new Date(now).toISOString(),
+    const failedAt = performance.now();
+    // Dated by the database's clock when the failure is stored (errorAgeMs), as its retry is: this
+    // host's time put the entry minutes away from the job's lease and retry times when its clock
+    // was off. An injected clock (tests) dates it itself.
+    const entry: NewJobErrorEntry = {
+      ...(injected ? { at: injected.toISOString() } : {}),
       attempt: job.attempt,
       ...describeFailure(err),
     };
@@ -657,14 +689,13 @@ export class Worker {
     // write stores now() + the delay (less the time since the failure). A time taken from this
     // host's clock was off by the host's skew: 2 min ahead made a 1 s backoff 2 min, 2 min behind
     // ran the next attempt at once. An injected clock (tests) dates it itself, as the SQL takes its time.
-    const scheduledAt = delayMs !== null && injected ? new Date(now + delayMs) : null;
-    const wait = delayMs !== null && !injected ? { delayMs, failedAt: performance.now() } : undefined;
-    // retry_at by this host's clock, as the log's own time is.
-    const retryAt = delayMs === null ? null : new Date(now + delayMs).toISOString();
-    log.warn({ err: entry.message, ...(entry.name ? { err_name: entry.name } : {}), retry_at: retryAt }, state === 'discarded' ? 'job discarded' : 'job failed; will retry');
+    const scheduledAt = delayMs !== null && injected ? new Date(injected.getTime() + delayMs) : null;
+    const timing = injected ? undefined : { failedAt, delayMs };
+    // Not logged here but once stored (emitFailed), with its retry_at as stored: one of this
+    // host's clock said another time than the job's, by the host's skew.
     const failure: JobFailure = { id: job.id, attempt: job.attempt, state, scheduledAt, error: entry };
     if (err instanceof WorkerStoppingError) failure.refundAttempt = true;
-    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded', durationMs, ...(wait ? { wait } : {}) });
+    this.settle(job, { kind: 'failed', failure, discarded: state === 'discarded', durationMs, log, ...(timing ? { timing } : {}) });
   }
 
   /**
@@ -691,9 +722,9 @@ export class Worker {
     const states = new Map((await this.driver.operations.jobStates({ ids: items.map((d) => d.job.id) })).map((s) => [s.id, s]));
     return items.filter((d) => {
       const s = states.get(d.job.id);
-      if (s?.state === 'completed' && s.attempt === d.job.attempt) return true;
+      if (s && this.completedHere(s, d.job)) return true;
       this.deps.log.warn(
-        { job_id: d.job.id, attempt: d.job.attempt, now: s ? `${s.state}, attempt ${s.attempt}` : 'gone' },
+        { job_id: d.job.id, attempt: d.job.attempt, now: s ? this.describeState(s) : 'gone' },
         'a job finished after its lease expired; the rescuer had already returned it to the queue, so this run does not count',
       );
       return false;
@@ -710,9 +741,25 @@ export class Worker {
       if (resent.has(item) && s.state === failure.state && s.attempt === failure.attempt - (failure.refundAttempt ? 1 : 0)) {
         return [item, { kind: 'stored', retryAt: s.scheduledAt }];
       }
-      if (s.state === 'completed' && s.attempt === job.attempt) return [item, { kind: 'completed' }];
-      return [item, { kind: 'elsewhere', now: `${s.state}, attempt ${s.attempt}` }];
+      if (this.completedHere(s, job)) return [item, { kind: 'completed' }];
+      return [item, { kind: 'elsewhere', now: this.describeState(s) }];
     }));
+  }
+
+  /**
+   * The job was completed by this very run: at its attempt, and by this worker. The attempt alone
+   * does not say so: a job given back uncounted (a release, a stop's refund) is taken again at the
+   * same number, and another worker's completion of it was taken for this run's own (a lost COMMIT
+   * reply: job:completed for a run that failed, and its failure said to be no failure).
+   */
+  private completedHere(s: JobStateRow, job: ClaimedJob): boolean {
+    return s.state === 'completed' && s.attempt === job.attempt && s.attemptedBy === this.deps.workerId;
+  }
+
+  /** A job's state for a log line, naming the worker that took its attempt when it is not this one. */
+  private describeState(s: JobStateRow): string {
+    const by = s.attemptedBy !== null && s.attemptedBy !== this.deps.workerId ? ` by ${s.attemptedBy}` : '';
+    return `${s.state}, attempt ${s.attempt}${by}`;
   }
 
   private reportMissed(item: FailureItem, found: MissedFailure): void {
@@ -720,7 +767,7 @@ export class Worker {
     const fields = { job_id: job.id, attempt: job.attempt, err: failure.error.message };
     switch (found.kind) {
       case 'stored':
-        return this.emitFailed(job, failure, item.discarded, found.retryAt);
+        return this.emitFailed(job, failure, item.discarded, found.retryAt, item.log);
       case 'completed':
         // Not the lease: the job was this attempt's all along, and it completed.
         this.deps.log.warn(
@@ -736,7 +783,13 @@ export class Worker {
     }
   }
 
-  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean, retryAt: Date | null): void {
+  /**
+   * A failure is stored: its line in the log (retry_at: the due time as stored, by the clock the
+   * claim reads), and job:failed or job:discarded.
+   */
+  private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean, retryAt: Date | null, log: Logger): void {
+    const { error } = failure;
+    log.warn({ err: error.message, ...(error.name ? { err_name: error.name } : {}), retry_at: discarded ? null : retryAt?.toISOString() ?? null }, discarded ? 'job discarded' : 'job failed; will retry');
     const e = {
       jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message,
       ...(failure.error.name ? { errorName: failure.error.name } : {}), kind: job.kind,
@@ -754,11 +807,13 @@ export class Worker {
 
 /**
  * A failure the write left alone, by how its job was found. stored: an earlier write of it, whose
- * reply was lost, had stored it. completed: completed at this very attempt (a transactional
- * handler's commit went through, its reply was lost, and the run failed waiting for it).
+ * reply was lost, had stored it. completed: completed at this very attempt, by this worker (a
+ * transactional handler's commit went through, its reply was lost, and the run failed waiting for it).
  * elsewhere: no longer this attempt's (its lease expired and the rescuer returned it).
  */
 type MissedFailure = { kind: 'stored'; retryAt: Date } | { kind: 'completed' } | { kind: 'elsewhere'; now: string };
+
+type JobStateRow = Awaited<ReturnType<Driver['operations']['jobStates']>>[number];
 
 /** The job's event is gone (retention deleted it before the job ran): the job is discarded, as no attempt could succeed. */
 export class MissingEventError extends Error {

@@ -203,7 +203,7 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     if (p.ids.length === 0) return [];
     const { rows } = await this.pool.query<Row>(this.sql.jobStates, [p.ids]);
     return rows.map((r) => ({
-      id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), scheduledAt: r.scheduled_at as Date,
+      id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), attemptedBy: (r.attempted_by as string | null) ?? null, scheduledAt: r.scheduled_at as Date,
       eventFound: r.event_found === true, waitingJobId: (r.waiting_job_id as string | null) ?? null,
     }));
   }

@@ -116,7 +116,7 @@ export class PostgresExecutor implements Executor {
     const jobs = p.jobs.map((r) => ({
       id: r.job.id, event_id: r.job.event.id, target: r.job.target, state: r.state, attempt: r.attempt,
       max_attempts: r.job.maxAttempts, priority: r.job.priority, coalesced: r.job.coalesced, lease_ms: r.job.leaseMs,
-      scheduled_at: r.scheduledAt?.toISOString() ?? null, retry_in_ms: r.retryInMs ?? null, error: r.error,
+      scheduled_at: r.scheduledAt?.toISOString() ?? null, retry_in_ms: r.retryInMs ?? null, error: r.error, error_age_ms: r.errorAgeMs ?? null,
     }));
     const { rows } = await q.query<Row>(this.sql.eventInlineFinish, [
       p.delivered.map((d) => d.eventId), p.delivered.map((d) => d.handlers.join(sep)), JSON.stringify(jobs), p.workerId, p.now,
@@ -218,6 +218,7 @@ export class PostgresExecutor implements Executor {
     const { rows } = await this.pool.query<Row>(this.sql.jobFailMany, [
       f.map((x) => x.id), f.map((x) => x.attempt), f.map((x) => x.state), f.map((x) => x.scheduledAt),
       f.map((x) => JSON.stringify(x.error)), p.now, f.map((x) => x.refundAttempt === true), f.map((x) => x.retryInMs ?? null),
+      f.map((x) => x.errorAgeMs ?? null),
     ]);
     return rows.map((r) => ({ id: r.id as string, scheduledAt: r.scheduled_at as Date }));
   }

@@ -23,6 +23,16 @@ export const CLAIM_WALK = 128;
 export const CLAIM_WALK_ROUNDS = 8;
 
 /**
+ * A failure's error entry (jsonb) as stored (jobFailMany, eventInlineFinish). One without `at` is
+ * dated here, by the database's clock, the one its retry and the job's lease are dated by, and
+ * `ageMs` before the statement began: when the run failed, not when its batch was written (late,
+ * while the database was away). One with `at` was dated by an injected clock. statement_timestamp(),
+ * not now(): an inline round's transaction began before its handlers ran.
+ */
+const datedError = (entry: string, ageMs: string) => /* sql */ `case when ${entry} ? 'at' then ${entry}
+  else ${entry} || jsonb_build_object('at', statement_timestamp() - coalesce(${ageMs}, 0) * interval '1 millisecond') end`;
+
+/**
  * jobClaim (capped false) and jobClaimCapped (capped true): one statement, one round trip.
  *
  * With no target at its cap, '*' reads jobs_claim_any_idx in due order, locking as it goes, and a
@@ -484,10 +494,10 @@ with corrected as (
          case when j.attempt > 0 then $4::text end,
          case when j.state = 'discarded' then coalesce($5::timestamptz, now()) end,
          case when j.state = 'running' then coalesce($5::timestamptz, now()) + j.lease_ms * interval '1 millisecond' end,
-         case when j.error is null then '[]'::jsonb else jsonb_build_array(j.error) end
+         case when j.error is null then '[]'::jsonb else jsonb_build_array(${datedError('j.error', 'j.error_age_ms')}) end
   from json_to_recordset($3::json) as j(id bigint, event_id uuid, target text, state text, attempt int, max_attempts int,
                                          priority smallint, coalesced int, lease_ms int, scheduled_at timestamptz,
-                                         retry_in_ms double precision, error jsonb)
+                                         retry_in_ms double precision, error jsonb, error_age_ms double precision)
   returning id, state, scheduled_at
 )
 select (select count(*) from corrected)::int as corrected, (select count(*) from converted)::int as converted,
@@ -609,17 +619,18 @@ returning j.id::text as id`,
 
     // refund: the attempt does not count (a shutdown cut it short), so the job keeps all its tries.
     // A retry is due at the injected clock's time (scheduled_at), or retry_in_ms after now(): the
-    // clock the claim compares scheduled_at with, not the application host's.
+    // clock the claim compares scheduled_at with, not the application host's. The error entry is
+    // dated by the same clock, error_age_ms before now() (see datedError).
     jobFailMany: /* sql */ `
-${runningBatch(`unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[], $7::boolean[], $8::double precision[])
-  as d(id, attempt, state, scheduled_at, error, refund, retry_in_ms)`)}
+${runningBatch(`unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::jsonb[], $7::boolean[], $8::double precision[], $9::double precision[])
+  as d(id, attempt, state, scheduled_at, error, refund, retry_in_ms, error_age_ms)`)}
 update ${s}.jobs j
 set state = d.state,
     attempt = j.attempt - case when d.refund then 1 else 0 end,
     scheduled_at = coalesce(d.scheduled_at, coalesce($6::timestamptz, now()) + d.retry_in_ms * interval '1 millisecond', j.scheduled_at),
     finalized_at = case when d.state = 'discarded' then coalesce($6::timestamptz, now()) end,
     lease_expires_at = null,
-    errors = j.errors || jsonb_build_array(d.error)
+    errors = j.errors || jsonb_build_array(${datedError('d.error', 'd.error_age_ms')})
 from d
 where j.id = d.id and j.attempt = d.attempt and j.state = d.running
 returning j.id::text as id, j.scheduled_at`,
