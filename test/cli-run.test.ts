@@ -89,6 +89,25 @@ describe.skipIf(!postgresTarget.available)('rea run shutdown', () => {
     }
   });
 
+  it('a newer rea\'s breaking migration under a running `rea run`: it stops and exits 1, saying to upgrade, even while the module holds the process open', async () => {
+    // The bus takes no more work then (schema:too-new), and a process kept up doing nothing looked
+    // healthy to its supervisor, for as long as it lived.
+    const schema = freshSchema();
+    try {
+      const run = runCli(['run', serving, '--migrate'], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: schema, REA_FIXTURE_MIGRATION_CHECK_MS: '100' });
+      await run.waitFor(/rea: running/);
+      const { version } = (await postgresTarget.query(`select max(version)::int as version from "${schema}".migrations`))[0] as { version: number };
+      await postgresTarget.query(`alter table "${schema}".migrations add column breaking boolean not null default false`);
+      await postgresTarget.query(`insert into "${schema}".migrations (version, name, breaking) values (${version + 1}, 'breaking_change', true)`);
+      const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after the breaking migration'))]);
+      if (code !== 1) run.child.kill('SIGKILL');
+      expect(code).toBe(1);
+      expect(run.stderr()).toMatch(new RegExp(`rea: .*migration ${version + 1} of a newer rea.*; stopping \\(exit 1\\): upgrade this process`));
+    } finally {
+      await postgresTarget.query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
   it('a start that fails (the schema is not migrated) exits 1 with the reason, even while the module holds the process open', async () => {
     const run = runCli(['run', serving], { REA_FIXTURE_DATABASE_URL: PG_URL, REA_FIXTURE_SCHEMA: freshSchema() });
     const code = await Promise.race([run.exited, new Promise((r) => setTimeout(r, 15_000, 'still running 15 s after the failed start'))]);

@@ -8,6 +8,7 @@ import { DatabaseError, ModuleLoadError, OptionsError } from '../core/errors.js'
 import { namedMessage } from '../core/errors-format.js';
 import { MAX_TIMER_MS } from '../core/options.js';
 import { adminServeSettings, listenError, servePanel, type AdminServeFlags } from './panel.js';
+import { EXIT_FAILED } from './exit-codes.js';
 import { checkPort, wholeNumber } from './settings.js';
 
 interface RunFlags extends AdminServeFlags {
@@ -66,6 +67,16 @@ export function runCommand(): Command {
         };
         process.on('SIGINT', () => void stop('SIGINT'));
         process.on('SIGTERM', () => void stop('SIGTERM'));
+        // A newer rea's breaking migration: the bus takes no more work, and a process kept up doing
+        // nothing looks healthy to its supervisor. It stops and exits 1, so the old version's
+        // restarts fail loudly (start() refuses the schema) until it is upgraded.
+        bus.lifecycle.on('schema:too-new', ({ error }) => {
+          if (stopping !== undefined) return;
+          stopping = 'schema:too-new';
+          process.exitCode = EXIT_FAILED;
+          console.error(`rea: ${error.message}; stopping (exit 1): upgrade this process to a rea at least as new as the one that migrated the schema`);
+          void bus.stop({ timeoutMs: flags.stopTimeout }).finally(done);
+        });
       });
       // A database that restarts while workers come up (a deploy, a failover) is not a reason to
       // exit: retry start-up for a while, as the running bus itself rides out lost connections.
