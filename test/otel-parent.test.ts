@@ -9,7 +9,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents, type Bus, type BusOptions } from '../src/index.js';
 import { describeTargets, PG_URL, quickBackoff, testBus, type Target } from './helpers/db.js';
-import { AlsContextManager, TestTracer, type TestSpan } from './helpers/otel.js';
+import { AlsContextManager, instrumentPino, keysOf, pinoLines, TestTracer, type TestSpan } from './helpers/otel.js';
 import { deferred } from './helpers/signals.js';
 
 const events = defineEvents({
@@ -255,5 +255,56 @@ describeTargets('the OpenTelemetry parent on $name', (target) => {
       { note: 'given in span', trace_id: given, span_id: mine!.spanId, trace_flags: TraceFlags.SAMPLED },
     ]);
     expect(mine!.traceId).toBe(given);
+  });
+
+  test('with OpenTelemetry\'s pino instrumentation, a handler\'s log line carries one trace_id: its span\'s, beside that span\'s id', async () => {
+    // Each line carried rea's trace_id as a binding, and the instrumentation's mixin wrote the
+    // active span's beside it: two trace_id keys, different ones for an id that is no W3C one.
+    const written: string[] = [];
+    const bus = await testBus(target, events, { logger: instrumentPino(pinoLines(written)) });
+    const done = deferred();
+    const own: Record<string, SpanContext> = {};
+    bus.on('order.created', 'ship', (e, ctx) => {
+      if (e.payload.orderNo === 'F' && ctx.attempt === 1) throw new Error('down once');
+      ctx.log.info({ step: `${e.payload.orderNo} plain` }, 'shipping');
+      tracer.startActiveSpan('ship', (span) => {
+        ctx.log.child({ carrier: 'post' }).info({ step: `${e.payload.orderNo} in span` }, 'shipping');
+        own[e.payload.orderNo] = span.spanContext();
+        span.end();
+      });
+      if (e.payload.orderNo === 'F') done.resolve();
+    }, { backoff: quickBackoff });
+    // Started inside a span of the application's: a line rea writes about a job outside its
+    // handler (the failure below) must not take that span's ids.
+    const boot = await tracer.startActiveSpan('boot', async (span) => {
+      await bus.start();
+      span.end();
+      return span.spanContext();
+    });
+    const { span: recording } = await recordInSpan(bus);
+    await bus.transaction(async (tx) => {
+      await bus.record(tx, 'order.created', { orderNo: 'N' }, { traceId: 'order-42' });
+      await bus.record(tx, 'order.created', { orderNo: 'F' }, { traceId: 'order-43' });
+    });
+    await done.promise;
+    const lines = written.map((text) => ({ text, line: JSON.parse(text) as Record<string, unknown> }));
+    for (const { text } of lines) expect(keysOf(text).filter((k) => k === 'trace_id'), text).toHaveLength(1);
+    const at = (step: string) => lines.find(({ line }) => line.step === step)!.line;
+    const ids = (span: SpanContext) => ({ trace_id: span.traceId, span_id: span.spanId, trace_flags: '01' });
+    // A W3C trace: the handler's parent (the span that recorded the event), else the handler's own span.
+    expect(at('A plain')).toMatchObject({ ...ids(recording), handler: 'ship', attempt: 1, msg: 'shipping' });
+    expect(at('A in span')).toMatchObject({ ...ids(own.A!), carrier: 'post', handler: 'ship' });
+    expect(own.A!.traceId).toBe(recording.traceId);
+    for (const step of ['A plain', 'A in span']) expect(at(step)).not.toHaveProperty('rea_trace_id');
+    // rea's own id, no OpenTelemetry trace: alone, with no span; in a span of the handler's (a trace
+    // of its own), that span's ids, and rea's id beside them.
+    expect(at('N plain')).toMatchObject({ trace_id: 'order-42' });
+    expect(at('N plain')).not.toHaveProperty('span_id');
+    expect(at('N in span')).toMatchObject({ ...ids(own.N!), rea_trace_id: 'order-42' });
+    // The failure, logged by the worker after the handler: the job's trace, not the span bus.start() ran in.
+    const failed = lines.find(({ line }) => line.msg === 'job failed; will retry')!.line;
+    expect(failed).toMatchObject({ trace_id: 'order-43', handler: 'ship', attempt: 1 });
+    expect(failed).not.toHaveProperty('span_id');
+    expect(JSON.stringify(failed)).not.toContain(boot.spanId);
   });
 });

@@ -4,8 +4,9 @@
 // still carries the trace id. The parent is the span that recorded the event where it was stored.
 import { context, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
 import { afterEach, describe, expect, it } from 'vitest';
-import { activeSpanContext, currentTraceId, JobTraceScope, runInTrace, spanInTrace, type TraceScope } from '../src/core/trace.js';
-import { AlsContextManager, TestTracer } from './helpers/otel.js';
+import { LazyLogger } from '../src/core/logger.js';
+import { activeSpanContext, currentTraceId, jobLogLine, JobTraceScope, runInTrace, spanInTrace, type TraceScope } from '../src/core/trace.js';
+import { AlsContextManager, instrumentPino, keysOf, pinoLines, TestTracer } from './helpers/otel.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const TRACE = 'ab'.repeat(16);
@@ -137,3 +138,129 @@ describe('a job\'s trace scope', () => {
   });
 });
 
+describe('a job\'s log lines', () => {
+  afterEach(() => {
+    context.disable();
+  });
+  const RECORDED = '0123456789abcdef';
+  const managed = async () => {
+    expect(context.setGlobalContextManager(new AlsContextManager())).toBe(true);
+    await sleep(150); // past the time rea keeps its answer (an earlier test may have asked)
+  };
+
+  /**
+   * A job's logger as the worker makes it, on pino with OpenTelemetry's pino instrumentation, and
+   * its lines as written, parsed once checked that no key was written twice.
+   */
+  function jobLog(scope: JobTraceScope) {
+    const written: string[] = [];
+    const log = new LazyLogger(instrumentPino(pinoLines(written)), { event_id: scope.eventId, handler: scope.handler }, jobLogLine(scope));
+    const lines = () => written.map((text) => {
+      const keys = keysOf(text);
+      expect(keys, text).toEqual([...new Set(keys)]);
+      return JSON.parse(text) as Record<string, unknown>;
+    });
+    return { log, lines };
+  }
+
+  /** Log `write` in the job's handler, across an await. */
+  const inHandler = (scope: JobTraceScope, write: () => void) => runInTrace(scope, async () => {
+    await sleep(1);
+    write();
+  });
+
+  it('without OpenTelemetry, carry rea\'s trace id, as they always did, and no span', async () => {
+    for (const traceId of [TRACE, 'order-42']) {
+      const scope = new JobTraceScope(traceId, 'e1', 'h', 1);
+      const { log, lines } = jobLog(scope);
+      await inHandler(scope, () => log.info({ step: 'a' }, 'inside'));
+      expect(lines()).toEqual([expect.objectContaining({ trace_id: traceId, event_id: 'e1', handler: 'h', step: 'a', msg: 'inside' })]);
+      expect(lines()[0]).not.toHaveProperty('span_id');
+      expect(lines()[0]).not.toHaveProperty('rea_trace_id');
+    }
+  });
+
+  it('with OpenTelemetry, carry the ids of the span active in the handler, its flags as the instrumentation writes them', async () => {
+    await managed();
+    const tracer = new TestTracer();
+    for (const traceFlags of [TraceFlags.SAMPLED, TraceFlags.NONE]) {
+      const scope = new JobTraceScope(TRACE, 'e1', 'h', 1, { spanId: RECORDED, traceFlags });
+      const { log, lines } = jobLog(scope);
+      let own: SpanContext | undefined;
+      await inHandler(scope, () => {
+        log.info({ step: 'parent' });
+        tracer.startActiveSpan('work', (span) => {
+          own = span.spanContext();
+          log.child({ part: 1 }).info({ step: 'own' });
+          span.end();
+        });
+      });
+      const flags = traceFlags === TraceFlags.SAMPLED ? '01' : '00';
+      expect(lines()).toEqual([
+        expect.objectContaining({ step: 'parent', trace_id: TRACE, span_id: RECORDED, trace_flags: flags }),
+        expect.objectContaining({ step: 'own', part: 1, trace_id: TRACE, span_id: own!.spanId, trace_flags: flags }),
+      ]);
+    }
+    // A parent rea made up (no span stored): its id, the one the handler's spans name as their parent.
+    const scope = new JobTraceScope(TRACE, 'e1', 'h', 1);
+    const { log, lines } = jobLog(scope);
+    let parent: SpanContext | undefined;
+    await inHandler(scope, () => {
+      parent = trace.getSpanContext(context.active());
+      log.warn({ step: 'made up' });
+    });
+    expect(lines()).toEqual([expect.objectContaining({ trace_id: TRACE, span_id: parent!.spanId, trace_flags: '01' })]);
+  });
+
+  it('an id that is no W3C one: alone with no span active, kept as rea_trace_id beside a span\'s', async () => {
+    await managed();
+    const tracer = new TestTracer();
+    const scope = new JobTraceScope('order-42', 'e1', 'h', 1);
+    const { log, lines } = jobLog(scope);
+    let own: SpanContext | undefined;
+    await inHandler(scope, () => {
+      log.info({ step: 'plain' });
+      tracer.startActiveSpan('work', (span) => {
+        own = span.spanContext();
+        log.info({ step: 'own' });
+        span.end();
+      });
+    });
+    const [plain, inSpan] = lines();
+    expect(plain).toMatchObject({ step: 'plain', trace_id: 'order-42' });
+    expect(Object.keys(plain!).filter((k) => /trace|span/.test(k))).toEqual(['trace_id']);
+    expect(inSpan).toMatchObject({ step: 'own', trace_id: own!.traceId, span_id: own!.spanId, trace_flags: '01', rea_trace_id: 'order-42' });
+  });
+
+  it('written outside the handler (the worker\'s line on a failure), rea\'s trace id and not the ids of the span the code runs under', async () => {
+    await managed();
+    const tracer = new TestTracer();
+    const scope = new JobTraceScope(TRACE, 'e1', 'h', 1, { spanId: RECORDED, traceFlags: 1 });
+    const { log, lines } = jobLog(scope);
+    const boot = tracer.startActiveSpan('boot', (span) => {
+      log.warn({ step: 'after' }, 'job failed; will retry');
+      span.end();
+      return span.spanContext();
+    });
+    expect(lines()).toEqual([expect.objectContaining({ step: 'after', trace_id: TRACE })]);
+    expect(lines()[0]).not.toHaveProperty('span_id');
+    expect(boot.traceId).not.toBe(TRACE);
+  });
+
+  it('take pino\'s other forms of a line: a message alone, an Error', async () => {
+    await managed();
+    const scope = new JobTraceScope(TRACE, 'e1', 'h', 1, { spanId: RECORDED, traceFlags: 1 });
+    const { log, lines } = jobLog(scope);
+    await inHandler(scope, () => {
+      (log.info as (msg: unknown) => void)('just a message'); // plain JavaScript, as pino takes it
+      log.error(new Error('broke'));
+      log.error(new Error('broke again'), 'said so');
+    });
+    const ids = { trace_id: TRACE, span_id: RECORDED, trace_flags: '01' };
+    expect(lines()).toEqual([
+      expect.objectContaining({ ...ids, msg: 'just a message' }),
+      expect.objectContaining({ ...ids, msg: 'broke', err: expect.objectContaining({ type: 'Error', message: 'broke' }) }),
+      expect.objectContaining({ ...ids, msg: 'said so', err: expect.objectContaining({ message: 'broke again' }) }),
+    ]);
+  });
+});

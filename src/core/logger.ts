@@ -47,38 +47,65 @@ export function checkLogger(logger: unknown): Logger {
   return logger as Logger;
 }
 
+/** Writes one line (`write`, given fields to add to it), in a context of its choosing. */
+export type LineWriter = (write: (fields: Record<string, unknown>) => void) => void;
+
+type Level = 'debug' | 'info' | 'warn' | 'error';
+
 /**
- * A child logger made on its first use. A job's logger carries its trace and job ids, and most
- * jobs never log: building pino's child (it serializes the bindings) for every job is wasted
- * work. `real` is the child itself (what handlers get as ctx.log).
+ * A child logger made on its first use. A job's logger carries its job's ids, and most jobs
+ * never log: building pino's child (it serializes the bindings) for every job is wasted work.
+ * `line`, when given, writes each line, adding the fields that change from line to line (a job's
+ * trace: see jobLogLine); children made from this logger write theirs through it too.
  */
 export class LazyLogger implements Logger {
   #child: Logger | undefined;
 
   /** bindings: or a function that makes them, called on first use (most jobs never log). */
-  constructor(private readonly parent: Logger, private readonly bindings: Record<string, unknown> | (() => Record<string, unknown>)) {}
+  constructor(
+    private readonly parent: Logger,
+    private readonly bindings: Record<string, unknown> | (() => Record<string, unknown>),
+    private readonly line?: LineWriter,
+  ) {}
 
+  /** The child itself. */
   get real(): Logger {
     return (this.#child ??= this.parent.child(typeof this.bindings === 'function' ? this.bindings() : this.bindings));
   }
 
   debug(obj: object, msg?: string): void {
-    this.real.debug(obj, msg);
+    this.#write('debug', obj, msg);
   }
 
   info(obj: object, msg?: string): void {
-    this.real.info(obj, msg);
+    this.#write('info', obj, msg);
   }
 
   warn(obj: object, msg?: string): void {
-    this.real.warn(obj, msg);
+    this.#write('warn', obj, msg);
   }
 
   error(obj: object, msg?: string): void {
-    this.real.error(obj, msg);
+    this.#write('error', obj, msg);
   }
 
   child(bindings: Record<string, unknown>): Logger {
-    return this.real.child(bindings);
+    return this.line ? new LazyLogger(this.real, bindings, this.line) : this.real.child(bindings);
+  }
+
+  #write(level: Level, obj: object, msg: string | undefined): void {
+    const real = this.real;
+    if (!this.line) {
+      real[level](obj, msg);
+      return;
+    }
+    // The line's own keys win over the added fields, as they win over pino's bindings. A message
+    // given alone, or an Error, as pino takes them (a handler's code may be plain JavaScript):
+    // the fields go in front of the message, and the error under pino's key for it.
+    this.line((fields) => {
+      if (typeof obj === 'string') real[level](fields, obj);
+      else if (obj instanceof Error) real[level]({ ...fields, err: obj }, msg);
+      else real[level]({ ...fields, ...obj }, msg);
+    });
   }
 }

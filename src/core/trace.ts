@@ -2,7 +2,8 @@
 // that events they record, and their log lines, carry it on. OpenTelemetry is used when active.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomHex } from './random.js';
-import { context, createContextKey, ROOT_CONTEXT, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
+import { context, createContextKey, isSpanContextValid, ROOT_CONTEXT, trace, TraceFlags, type SpanContext } from '@opentelemetry/api';
+import type { LineWriter } from './logger.js';
 
 /** The OpenTelemetry span that recorded an event, in the event's trace: its handlers' parent. */
 export interface EventSpan {
@@ -170,4 +171,38 @@ export function runInTrace<T>(scope: TraceScope, fn: () => T): T {
     otelContext = trace.setSpanContext(otelContext, parent);
   }
   return context.with(otelContext, () => storage.run(scope, fn));
+}
+
+/**
+ * How a job's log lines are written (its ctx.log, and rea's own lines about it). In its handler
+ * (inside runInTrace for `scope`) with a span active, a line carries that span's ids: `trace_id`,
+ * `span_id` and `trace_flags`, written as OpenTelemetry's pino instrumentation writes them, so a
+ * trace backend ties the line to the span (the handler's own span when one is active, else its
+ * parent). The instrumentation adds the same keys from the same span, and pino writes a line's
+ * own keys over its mixin's, so each is written once: as a binding, rea's trace_id was written
+ * beside the instrumentation's, and the two differed for an id that is no W3C one. rea's trace id,
+ * when the span's differs (an id such as `order-42`, or a span the handler began a trace with),
+ * is kept as `rea_trace_id`: a trace_id that is not the span's would tie the line to no trace.
+ * With no span active (no OpenTelemetry, or an id that is no W3C one and no span of the
+ * handler's), `trace_id` is rea's, as it always was.
+ *
+ * A line written outside the handler (the worker's, after it failed) is about the job, not about
+ * the span its code runs under (the context bus.start() was called in): rea's trace id, written
+ * outside any OpenTelemetry context, so that no instrumentation adds that span's ids to it.
+ */
+export function jobLogLine(scope: TraceScope): LineWriter {
+  return (write) => {
+    const active = trace.getSpanContext(context.active());
+    if (active === undefined || !isSpanContextValid(active)) {
+      write({ trace_id: scope.traceId });
+    } else if (storage.getStore() !== scope) {
+      context.with(ROOT_CONTEXT, () => write({ trace_id: scope.traceId }));
+    } else {
+      const fields: Record<string, string> = {
+        trace_id: active.traceId, span_id: active.spanId, trace_flags: active.traceFlags.toString(16).padStart(2, '0'),
+      };
+      if (scope.traceId !== active.traceId) fields.rea_trace_id = scope.traceId;
+      write(fields);
+    }
+  };
 }

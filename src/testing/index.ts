@@ -5,7 +5,7 @@ import type { EventSchemas, EventType, PayloadInput, PayloadOutput } from '../co
 import { OptionsError } from '../core/errors.js';
 import { patternMatches } from '../core/events.js';
 import { LazyLogger } from '../core/logger.js';
-import { JobTraceScope, runInTrace } from '../core/trace.js';
+import { jobLogLine, JobTraceScope, runInTrace } from '../core/trace.js';
 import { uuidv7 } from '../core/uuid.js';
 import type { EventRow } from '../driver/types.js';
 import { isReaTransaction } from '../tx/rea.js';
@@ -94,7 +94,7 @@ export async function runHandlerNow<S extends EventSchemas>(
   const attempt = options.attempt ?? 1;
   const scope = new JobTraceScope(event.traceId ?? null, id, name, attempt);
   const jobId = nextTestJobId();
-  const log = new LazyLogger(bus.logger, () => ({ trace_id: scope.traceId, event_id: id, handler: name, attempt, job_id: jobId }));
+  const log = new LazyLogger(bus.logger, () => ({ event_id: id, handler: name, attempt, job_id: jobId }), jobLogLine(scope));
   const abort = new JobAbort();
   const timer = setTimeout(() => abort.abort(new HandlerTimeoutError(handler.timeoutMs)), handler.timeoutMs);
   const given = options.signal;
@@ -111,7 +111,7 @@ export async function runHandlerNow<S extends EventSchemas>(
     jobId,
     coalesced: 1,
     get log() {
-      return log.real;
+      return log;
     },
     tx: options.tx as HandlerContext['tx'],
   };

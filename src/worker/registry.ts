@@ -14,7 +14,7 @@ export interface HandlerContext {
   readonly jobId: string;
   /** How many events of this subject this job stands for (coalescing handlers); otherwise 1. */
   readonly coalesced: number;
-  /** A logger whose lines carry trace_id, event_id, handler and attempt. */
+  /** A logger whose lines carry trace_id, event_id, handler and attempt; with OpenTelemetry, the active span's span_id and trace_flags (README: Logs and traces). */
   readonly log: Logger;
   /** With `transactional: true`: the transaction holding this job's completion and consume record. */
   readonly tx?: Transaction;

@@ -9,7 +9,7 @@ import { isPermanent, isRetryAfter } from '../core/errors.js';
 import type { Lifecycle } from '../core/lifecycle.js';
 import { LazyLogger, type Logger } from '../core/logger.js';
 import { PollLoop } from '../core/poll.js';
-import { JobTraceScope, runInTrace } from '../core/trace.js';
+import { jobLogLine, JobTraceScope, runInTrace } from '../core/trace.js';
 import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind, NewJobErrorEntry } from '../driver/types.js';
 import { JobAbort } from './abort.js';
 import { JobCounts } from './counts.js';
@@ -633,11 +633,12 @@ export class Worker {
   private async run(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
     const started = performance.now();
     const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt, job.eventSpan);
+    // The trace fields go on each line (jobLogLine): they are the span active there.
     const log = new LazyLogger(this.deps.log, () => ({
-      trace_id: scope.traceId, event_id: job.event.id,
+      event_id: job.event.id,
       ...(job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target }),
       attempt: job.attempt, job_id: job.id,
-    }));
+    }), jobLogLine(scope));
     let timer: NodeJS.Timeout | undefined;
     try {
       const timeoutMs = channel.timeoutMs(job);

@@ -42,7 +42,7 @@ class JobContext implements HandlerContext {
   }
 
   get log(): Logger {
-    return this.#log.real;
+    return this.#log;
   }
 }
 
