@@ -32,6 +32,13 @@ async function recordAll(bus: Awaited<ReturnType<typeof testBus<typeof events.sc
   });
 }
 
+/** The ids of the events whose relay rounds ended (committed), as they end. */
+function fannedEvents(bus: Awaited<ReturnType<typeof testBus<typeof events.schemas>>>): string[] {
+  const ids: string[] = [];
+  bus.lifecycle.on('relay:batch:fanned', (e) => ids.push(...e.eventIds));
+  return ids;
+}
+
 /** Two events to one plain handler: each delivery ends as a completed job row, none inline. */
 async function expectJobRowsForAll(target: Target, options: { relay?: { inlineMs: number } }) {
   const bus = await testBus(target, events, options);
@@ -361,22 +368,57 @@ describe('inline delivery on postgres', () => {
         secondRan.resolve();
       }
     });
+    const roundsEnded = fannedEvents(bus);
     await bus.start();
-    await recordAll(bus, [1]);
+    const [first] = await recordAll(bus, [1]);
     await slowStarted.promise; // the first round now waits (up to 10 s) for this delivery
     await recordAll(bus, [2]);
-    // Without a round beside it, the second event would wait for the first round's end, which
-    // comes only with the release below.
-    const outcome = await Promise.race([
-      secondRan.promise.then(() => 'delivered'),
-      new Promise((resolve) => setTimeout(() => resolve('held back behind the first round'), 3000)),
-    ]);
+    // Held back, the second event would be delivered only once the first round ended: at its 10 s,
+    // as the release below comes after. (Not a race against a timer: a loaded machine took 3 s.)
+    await secondRan.promise;
+    expect(roundsEnded).not.toContain(first);
     release.resolve();
-    expect(outcome).toBe('delivered');
     expect(ran).toEqual([1, 2]);
     // Both deliveries were inline, each in its own round: no job rows.
     await vi.waitFor(async () => expect((await v.events()).map((e) => e.delivered_inline)).toEqual([['ship'], ['ship']]));
     expect(await v.jobs()).toEqual([]);
+  });
+
+  test('a commit that finds the round beside a waiting one taken gets a round once that one ends, not at the waiting round\'s end', async () => {
+    // relay.concurrency 2: one round beside the poll loop's. A commit seen while the loop's round
+    // waited, and the round beside it still ran (it had claimed its events before the commit),
+    // found no room and was left to the loop, whose round ended only at its release or its
+    // inlineMs. Seen under load in the test above: the round beside, started for the first commit
+    // while the idle probe was slow, lost that event to the loop's round and was still closing its
+    // empty transaction when the second commit came. Here the round beside waits on a handler.
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 10_000, minPollMs: 60_000, maxPollMs: 60_000 } });
+    const started = new Map([1, 2, 3].map((n) => [n, deferred()]));
+    const release = new Map([1, 3].map((n) => [n, deferred()]));
+    bus.on('order.created', 'ship', async (event) => {
+      started.get(event.payload.n)!.resolve();
+      await release.get(event.payload.n)?.promise;
+    });
+    // The loop's first round, at start, ends before the first commit (and no timer runs another
+    // for 60 s): the first event's round is the loop's, not one beside it.
+    const firstRound = deferred();
+    const executor = bus.driver.executor;
+    const claimable = executor.eventClaimable.bind(executor);
+    executor.eventClaimable = () => claimable().finally(() => firstRound.resolve());
+    const fanOut = executor.eventFanOut.bind(executor);
+    executor.eventFanOut = (q, p) => fanOut(q, p).finally(() => firstRound.resolve());
+    const roundsEnded = fannedEvents(bus);
+    await bus.start();
+    await firstRound.promise;
+    const [first] = await recordAll(bus, [1]);
+    await started.get(1)!.promise; // the loop's round waits
+    await recordAll(bus, [3]);
+    await started.get(3)!.promise; // so does the round beside it: no room left
+    await recordAll(bus, [2]);
+    release.get(3)!.resolve();
+    await started.get(2)!.promise;
+    expect(roundsEnded).not.toContain(first);
+    release.get(1)!.resolve();
+    await vi.waitFor(() => expect(roundsEnded).toHaveLength(3));
   });
 
   test('a commit seen while the idle probe hangs (a database that stalls) gets a round beside it, with the worker\'s room', async () => {

@@ -76,6 +76,12 @@ export class Relay {
   private probingSince: number | undefined;
   /** Set while a commit seen during a short wait is to be looked at again (roundBesideWaiting). */
   private besideTimer: NodeJS.Timeout | undefined;
+  /**
+   * A commit seen while a round waited found every round beside it taken (by rounds that had
+   * claimed their events before it): the first of them to end looks again. Cleared by any round
+   * that starts, which sees the commit's events.
+   */
+  private besideMissed = false;
   private stopping = false;
   private running = false;
   /** The last round was full and queued jobs: no hand-off until a round is not full. */
@@ -131,7 +137,7 @@ export class Relay {
     if ((this.waiting.size === 0 && this.probingSince === undefined) || this.besideTimer) return;
     const waited = performance.now() - Math.min(...this.waiting.values(), this.probingSince ?? Infinity);
     if (waited >= ROUND_BESIDE_AFTER_MS) {
-      this.spawnRound(true);
+      if (!this.spawnRound(true)) this.besideMissed = true;
       return;
     }
     this.besideTimer = setTimeout(() => {
@@ -172,7 +178,12 @@ export class Relay {
       } catch (err) {
         this.roundFailed(err);
       }
-    })().finally(() => this.drainers.delete(drainer));
+    })().finally(() => {
+      this.drainers.delete(drainer);
+      // Its room is free now: a commit that found none (a round beside a waiting one was
+      // finishing as it came) gets its round, or it would wait for the waiting round's end, up to inlineMs.
+      if (this.besideMissed) this.roundBesideWaiting();
+    });
     this.drainers.add(drainer);
     return true;
   }
@@ -185,6 +196,7 @@ export class Relay {
 
   /** One round; exposed for tests and the CLI. `woken`: a wake-up (a commit was seen) asked for it. */
   async round({ woken = false }: { woken?: boolean } = {}): Promise<'full' | 'some' | 'none'> {
+    this.besideMissed = false;
     const inline = this.options.inlineMs > 0 && this.driver.capabilities.inlineDelivery && this.deps.handOff !== undefined && 'startInline' in this.deps.handOff;
     const reserve = () => (this.backlogged ? undefined : this.deps.handOff?.reserveHandOff(inline ? { limit: this.options.batchSize } : undefined) ?? undefined);
     let reservation = reserve();
