@@ -101,8 +101,11 @@ export class Worker {
   private accepting = false;
   /** Jobs of inline rounds, until they settle (see InlineRound). */
   private readonly inlineOf = new Map<string, InlineRound>();
-  /** Inline rounds started so far: a claim that saw this change while in flight checks its room again. */
-  private inlineRounds = 0;
+  /**
+   * Relay rounds given this worker's room so far (a hand-off reserved, an inline round started): a
+   * claim that saw this change while in flight checks its room again.
+   */
+  private relayRounds = 0;
 
   constructor(
     private readonly driver: Driver,
@@ -327,6 +330,7 @@ export class Worker {
     const limit = Math.min(Math.max(room, 0), targets.reduce((n, t) => n + t.limit, 0));
     for (const t of targets) this.reserved.set(t.target, (this.reserved.get(t.target) ?? 0) + t.limit);
     this.reservedTotal += limit;
+    if (limit > 0) this.relayRounds++;
     return {
       workerId: this.deps.workerId,
       targets: [
@@ -380,7 +384,7 @@ export class Worker {
    */
   startInline(jobs: InlineJob[], leasedAt = performance.now()): InlineRound {
     const round = new InlineRound(jobs);
-    this.inlineRounds++;
+    this.relayRounds++;
     for (const job of jobs) this.inlineOf.set(job.id, round);
     if (this.accepting) this.take(byPriority(jobs), leasedAt);
     else for (const job of jobs) this.settle(job, { kind: 'released' });
@@ -498,7 +502,7 @@ export class Worker {
       this.waitingForSlot = true;
       return 'none';
     }
-    const inlineBefore = this.inlineRounds;
+    const roundsBefore = this.relayRounds;
     const jobs = await this.driver.executor.jobClaim({ workerId: this.deps.workerId, targets, limit: room, now: this.deps.clock.now() });
     // The claim leases its jobs from its statement's now(): they are as old as the statement, not
     // the reply, which comes late when it waited on a lock or a slow server. Dated from the reply,
@@ -506,11 +510,12 @@ export class Worker {
     // its timeout (the rescuer then gives it to a second run). Not dated from before the call
     // either: a wait for a pool connection (transactional handlers holding them) is no lease time.
     const claimedAt = performance.now() - Math.max(0, jobs[0]?.leaseAgeMs ?? 0);
-    // An inline round that started while the claim was in flight took slots it counted on (a
-    // round does not wait for room). What no longer fits goes back to the queue now: left in the
+    // A relay round given room while the claim was in flight took slots it counted on: an inline
+    // round does not wait for room, and a hand-off is reserved from the room the claim counted
+    // (it holds no reservation). What no longer fits goes back to the queue now: left in the
     // buffer it would wait for a slot here, out of every other process's reach, until it went
     // stale (half the lease margin) or a handler finished.
-    const fits = this.inlineRounds === inlineBefore ? jobs.length : Math.max(0, this.room().room);
+    const fits = this.relayRounds === roundsBefore ? jobs.length : Math.max(0, this.room().room);
     for (const job of jobs.slice(fits)) this.releases.push(job);
     this.take(fits < jobs.length ? jobs.slice(0, fits) : jobs, claimedAt);
     if (jobs.length >= room) {
