@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { createAdminHandler, createBus, defineEvents, OptionsError } from '../src/index.js';
 import { bearer, call, login, serve, TOKEN } from './helpers/admin.js';
 import { postgresTarget, pgliteTarget, quickBackoff, testBus, type Target } from './helpers/db.js';
+import { holdNextClaim } from './helpers/faults.js';
 import { captureLogger } from './helpers/log.js';
 import { counter, deferred } from './helpers/signals.js';
 
@@ -170,35 +171,18 @@ describe('inline delivery on postgres', () => {
       started.push(e.id);
       await gate.promise;
     });
-    // The worker's next claim is held on its way to the database (a slow network, a loaded
-    // machine), after it counted one free slot; the statement itself is the real one.
-    const executor = bus.driver.executor;
-    const claim = executor.jobClaim.bind(executor);
-    const sent = deferred();
-    const letGo = deferred();
-    let hold = false;
-    const claimed: string[][] = [];
-    vi.spyOn(executor, 'jobClaim').mockImplementation(async (args) => {
-      if (hold) {
-        hold = false;
-        sent.resolve();
-        await letGo.promise;
-        const jobs = await claim(args);
-        claimed.push(jobs.map((j) => j.id));
-        return jobs;
-      }
-      return claim(args);
-    });
+    // The worker's next claim is held on its way to the database, after it counted one free slot.
+    const { hold, sent, letGo, claimed } = holdNextClaim(bus);
     const released: string[] = [];
     bus.lifecycle.on('jobs:released', (e) => released.push(...e.jobIds));
     await bus.start();
-    hold = true;
-    await sent.promise;
+    hold();
+    await sent;
 
     const ids = await recordAll(bus, [1, 2, 3]);
     // The round took the slot for the first event and queued the other two.
     await vi.waitFor(async () => expect((await v.jobs()).map((r) => r.state)).toEqual(['running', 'available', 'available']));
-    letGo.resolve();
+    letGo();
     await vi.waitFor(() => expect(claimed).toHaveLength(1));
     expect(claimed[0]).toHaveLength(1);
     await vi.waitFor(() => expect(released).toEqual(claimed[0]), { timeout: 5000 });

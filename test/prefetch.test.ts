@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineEvents } from '../src/index.js';
 import { describeTargets, postgresTarget, testBus } from './helpers/db.js';
-import { holdJobsLockWhile } from './helpers/faults.js';
+import { holdJobsLockWhile, holdNextClaim } from './helpers/faults.js';
 import { counter, deferred } from './helpers/signals.js';
 
 const events = defineEvents({ 'task.queued': z.object({ n: z.number() }) });
@@ -94,31 +94,16 @@ describeTargets('prefetch on $name', (target) => {
       await gate.promise;
     });
     bus.lifecycle.on('job:completed', () => all.tick());
-    // The worker's next claim is held on its way to the database (a slow network, a loaded
-    // machine), after it counted one free slot; the statement itself is the real one.
-    const executor = bus.driver.executor;
-    const claim = executor.jobClaim.bind(executor);
-    const sent = deferred();
-    const letGo = deferred();
-    let hold = false;
-    const claimed: string[][] = [];
-    executor.jobClaim = async (args) => {
-      if (!hold) return claim(args);
-      hold = false;
-      sent.resolve();
-      await letGo.promise;
-      const jobs = await claim(args);
-      claimed.push(jobs.map((j) => j.id));
-      return jobs;
-    };
+    // The worker's next claim is held on its way to the database, after it counted one free slot.
+    const { hold, sent, letGo, claimed } = holdNextClaim(bus);
     await bus.start();
-    hold = true;
-    await sent.promise;
+    hold();
+    await sent;
     await bus.transaction((tx) => bus.recordMany(tx, [1, 2, 3].map((n) => ({ type: 'task.queued' as const, payload: { n } }))));
     // The round handed the worker one job, for its one slot, and queued the other two.
     const handedOff = await started.promise;
     const released = bus.lifecycle.waitFor('jobs:released', () => true, 20_000);
-    letGo.resolve();
+    letGo();
     // The claim took one of the two; with the slot taken, it goes straight back.
     expect((await released).jobIds).toEqual(claimed[0]);
     expect(claimed[0]).toHaveLength(1);

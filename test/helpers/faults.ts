@@ -3,7 +3,9 @@
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import pg from 'pg';
 import { expect, onTestFinished } from 'vitest';
+import type { Bus, EventSchemas } from '../../src/index.js';
 import { PG_URL, type Target } from './db.js';
+import { deferred } from './signals.js';
 
 /**
  * Make inserting any job for an event whose payload has orderNo = `orderNo` fail, with SQLSTATE
@@ -194,4 +196,28 @@ async function listenUntilTestEnds(server: Server, sockets: Set<Socket>): Promis
     await new Promise((resolve) => server.close(resolve));
   });
   return url.toString();
+}
+
+/**
+ * Hold the worker's next claim on its way to the database (a slow network, a loaded machine),
+ * after it counted its room; the statement itself is the real one. hold() arms it; `sent`
+ * resolves once a claim is held; letGo() sends it; `claimed` has the ids each held claim took.
+ */
+export function holdNextClaim<S extends EventSchemas>(bus: Bus<S>) {
+  const executor = bus.driver.executor;
+  const claim = executor.jobClaim.bind(executor);
+  const sent = deferred();
+  const letGo = deferred();
+  let armed = false;
+  const claimed: string[][] = [];
+  executor.jobClaim = async (args) => {
+    if (!armed) return claim(args);
+    armed = false;
+    sent.resolve();
+    await letGo.promise;
+    const jobs = await claim(args);
+    claimed.push(jobs.map((j) => j.id));
+    return jobs;
+  };
+  return { hold: () => void (armed = true), sent: sent.promise, letGo: () => letGo.resolve(), claimed };
 }
