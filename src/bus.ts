@@ -253,6 +253,21 @@ export interface Bus<S extends EventSchemas> {
   readonly isLeader: boolean;
 }
 
+/**
+ * The bus calls that write to rea's tables (bus.migrate has its own check), by group: what a bus
+ * that found a newer rea's breaking migration refuses, and what the CLI and the panel check before
+ * each write (guardWrites).
+ */
+export const ADMIN_WRITES: Readonly<Record<string, readonly string[]>> = {
+  events: ['requeue', 'replay'],
+  jobs: ['retry', 'cancel', 'discard'],
+  handlers: ['forget'],
+  endpoints: ['create', 'update', 'enable', 'disable', 'rotateSecret', 'delete', 'test'],
+  deliveries: ['resend'],
+  retention: ['run'],
+  driver: ['execScript'],
+};
+
 export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S> {
   const { database, events: catalog, logger, clock: givenClock, ...rest } = options;
   if (!catalog || !Array.isArray(catalog.types)) throw new OptionsError('events', 'pass the result of defineEvents({ … })');
@@ -908,6 +923,18 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       return leader.isLeader;
     },
   };
+  // A bus that found a newer rea's breaking migration (stopForNewerSchema) refuses its admin
+  // writes too, as the CLI and the panel refuse theirs: an application's own repair calls
+  // (jobs.retry, endpoints.update, …) would write with the old code's idea of the tables. Reads go on.
+  for (const [group, names] of Object.entries(ADMIN_WRITES)) {
+    const calls = (bus as unknown as Record<string, Record<string, (...args: unknown[]) => unknown>>)[group];
+    if (!calls || group === 'driver') continue;
+    for (const name of names) {
+      const call = calls[name];
+      if (typeof call !== 'function') continue;
+      calls[name] = (...args: unknown[]) => (tooNew ? Promise.reject(new DatabaseError('too-new', tooNew.message)) : call(...args));
+    }
+  }
   return bus;
 }
 

@@ -64,6 +64,12 @@ describeTargets('a newer rea migrates the schema under a started bus, on $name',
     await expect(refused).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'too-new', message: signal.error.message });
     await expect(bus.transaction((tx) => bus.recordMany(tx, [{ type: 'note.saved', payload: { n: 3 } }]))).rejects.toMatchObject({ kind: 'too-new' });
     expect(await target.query(`select count(*)::int as n from ${s}.notes`)).toEqual([{ n: 0 }]);
+    // Its admin writes are refused as the CLI's are (an application's own repair calls); reads go on.
+    await expect(bus.jobs.retry({ state: 'discarded' })).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'too-new' });
+    await expect(bus.events.requeue({ poisoned: true })).rejects.toMatchObject({ kind: 'too-new' });
+    await expect(bus.endpoints.create({ url: 'https://example.com/hook', eventTypes: ['note.saved'] })).rejects.toMatchObject({ kind: 'too-new' });
+    expect(await bus.endpoints.list()).toEqual([]);
+    expect((await bus.jobs.list({ state: 'running' })).items).toHaveLength(1);
 
     // The handler that was running finishes, and its completion is written.
     release.resolve();

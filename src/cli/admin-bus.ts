@@ -1,5 +1,5 @@
 // Admin commands need a bus without event definitions: they read and repair, never record.
-import { createBus, type Bus } from '../bus.js';
+import { ADMIN_WRITES, createBus, type Bus } from '../bus.js';
 import { defineEvents, type EventSchemas } from '../core/events.js';
 import { onDatabase, resolveConnection, type ConnectionFlags } from './settings.js';
 
@@ -12,17 +12,6 @@ export function adminBus(flags: ConnectionFlags, options: { create?: boolean } =
 export async function withAdminBus<T>(flags: ConnectionFlags, fn: (bus: Bus<EventSchemas>) => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
   return onDatabase(adminBus(flags, options), fn);
 }
-
-/** The bus calls that write to rea's tables (bus.migrate has its own check). */
-const WRITES: Record<string, readonly string[]> = {
-  events: ['requeue', 'replay'],
-  jobs: ['retry', 'cancel', 'discard'],
-  handlers: ['forget'],
-  endpoints: ['create', 'update', 'enable', 'disable', 'rotateSecret', 'delete', 'test'],
-  deliveries: ['resend'],
-  retention: ['run'],
-  driver: ['execScript'],
-};
 
 /**
  * The bus with its writes checked first, each one, against the schema's migrations, as `rea run`
@@ -52,7 +41,7 @@ export function guardWrites(bus: Bus<EventSchemas>): Bus<EventSchemas> {
   return new Proxy(bus, {
     get(target, key) {
       const value: unknown = Reflect.get(target, key);
-      return typeof key === 'string' && WRITES[key] && value ? checked(value as object, WRITES[key]) : value;
+      return typeof key === 'string' && ADMIN_WRITES[key] && value ? checked(value as object, ADMIN_WRITES[key]) : value;
     },
   });
 }
