@@ -528,8 +528,18 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
    * restore, and the process's next start checks again.
    */
   const stopForNewerSchema = async (err: DatabaseError): Promise<void> => {
-    if (tooNew || state !== 'started') return;
+    if (tooNew || state === 'stopped') return;
     tooNew = err;
+    if (state === 'idle') {
+      // A process that records and never starts (a web server): nothing to stop but its record().
+      const breaking = (await driver.migrationStatus?.().catch(() => undefined))?.breaking ?? [];
+      log.error(
+        { schema, breaking_migrations: breaking, known_up_to: LATEST_MIGRATION, err: err.message },
+        "a newer rea applied a migration marked breaking to this schema while this process ran: its record() and admin writes refuse from now on (DatabaseError too-new). Upgrade this process to a rea at least as new as the one that migrated the schema, and restart it",
+      );
+      lifecycle.emit('schema:too-new', { error: err, breaking });
+      return;
+    }
     clearInterval(schemaCheck);
     clearInterval(heartbeat);
     stoppingWork = Promise.all([relay.stop(), worker.stopTaking(), leader.stop()]).then(
@@ -544,9 +554,21 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     lifecycle.emit('schema:too-new', { error: err, breaking });
   };
 
-  /** record() in a process that found a newer rea's breaking migration (stopForNewerSchema). */
+  /**
+   * record() in a process that found a newer rea's breaking migration (stopForNewerSchema). A bus
+   * that is not started (a process that only records) has no timer of its own: a record() that
+   * worked starts the check (checkAfterRecord), at most every migrations.checkIntervalMs, and no
+   * record waits for it.
+   */
+  let recordCheckedAt = -Infinity;
   const refuseTooNew = () => {
     if (tooNew) throw new DatabaseError('too-new', tooNew.message);
+  };
+  /** After a record() that worked (so the database answers): the check of a bus never started. */
+  const checkAfterRecord = () => {
+    if (state !== 'idle' || performance.now() - recordCheckedAt < migrationCheckMs) return;
+    recordCheckedAt = performance.now();
+    void checkSchema();
   };
 
   async function startBus(): Promise<void> {
@@ -618,6 +640,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       if (unlisten) await upTo('LISTEN connection close', unlisten());
     }
     notifier.cancel();
+    // A check of the schema a record() started (a bus never started) ends before the pool does,
+    // or is left to fail on it: a server gone silent must not hold the stop.
+    if (checking) await waitAtMost(checking, STOP_STEP_MIN_MS, () => {});
     await driver.close();
   }
 
@@ -676,6 +701,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       refuseTooNew();
       const row = await prepare(type, payload, opts, activeSpanContext());
       await recordInto(tx, q, [row]);
+      checkAfterRecord();
       return row.id;
     },
 
@@ -690,6 +716,7 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
         rows.push(await prepare(item.type, item.payload, item, active, `recordMany(items)[${i}]`, RECORD_ITEM_KEYS));
       }
       if (rows.length > 0) await recordInto(tx, q, rows);
+      checkAfterRecord();
       return rows.map((r) => r.id);
     },
 

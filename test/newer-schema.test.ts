@@ -90,6 +90,30 @@ describeTargets('a newer rea migrates the schema under a started bus, on $name',
     await bus.stop();
   });
 
+  test('a process that only records (never started): a record() that worked starts a check, and records refuse once it found a breaking migration', async () => {
+    // A web server that records and never starts: it kept writing events in the old shape for as
+    // long as it lived.
+    const lines: Record<string, unknown>[] = [];
+    const bus = await testBus(target, events, { migrations: { checkIntervalMs: 50 }, logger: captureLogger(lines) });
+    const s = `"${bus.schema}"`;
+    const found = bus.lifecycle.waitFor('schema:too-new');
+    await target.query(`alter table ${s}.migrations add column breaking boolean not null default false`);
+    await target.query(`insert into ${s}.migrations (version, name, breaking) values (${LATEST_MIGRATION + 1}, 'breaking_change', true)`);
+    // This record still writes (the check it starts is not waited for: a record is never held up
+    // by it); once the check has found the migration, records refuse.
+    await bus.transaction((tx) => bus.record(tx, 'note.saved', { n: 1 }));
+    const signal = await found;
+    expect(signal.breaking).toEqual([LATEST_MIGRATION + 1]);
+    await expect(bus.transaction((tx) => bus.record(tx, 'note.saved', { n: 2 }))).rejects.toMatchObject({ code: 'ERR_DATABASE', kind: 'too-new' });
+    await expect(bus.jobs.retry({ state: 'discarded' })).rejects.toMatchObject({ kind: 'too-new' });
+    expect(await target.query(`select payload->>'n' as n from ${s}.events order by id`)).toEqual([{ n: '1' }]);
+    expect(lines.filter((l) => l.level === 'error')).toEqual([expect.objectContaining({
+      breaking_migrations: [LATEST_MIGRATION + 1],
+      msg: expect.stringMatching(/^a newer rea applied a migration marked breaking to this schema while this process ran: its record\(\) and admin writes refuse/),
+    })]);
+    await bus.stop();
+  });
+
   test('a migration that is not breaking: warned about once while the bus runs, and the work goes on', async () => {
     const lines: Record<string, unknown>[] = [];
     const bus = await testBus(target, events, { ...fast, logger: captureLogger(lines) });
