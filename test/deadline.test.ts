@@ -131,6 +131,22 @@ it.runIf(postgresTarget.available)('the application\'s SQL in rea\'s transaction
   expect(await postgresTarget.query(`select count(*)::int as n from "${unbounded.schema}".events`)).toEqual([{ n: 1 }]);
 }, 20_000);
 
+it.runIf(postgresTarget.available)('after a statement past its deadline, the idle connections closed with it leave the pool: the next transactions get new ones, not dead ones', async () => {
+  // They were closed without an error, which is the only way the pool forgets an idle client: it
+  // kept them, and each transaction given one failed with "Connection terminated unexpectedly".
+  const bus = await testBus(postgresTarget, events, { database: { postgres: PG_URL, poolSize: 4, queryTimeoutMs: 300 } } as never);
+  const twoAtOnce = (prefix: string) => Promise.all([1, 2].map((n) => bus.transaction(async (tx) => {
+    await tx.query('select pg_sleep(0.05)');
+    await bus.record(tx, 'order.created', { orderNo: `${prefix}${n}` });
+  })));
+  await twoAtOnce('F'); // two idle connections in the pool now
+  const err = await bus.transaction((tx) => tx.query('select pg_sleep(0.8)')).catch((e: unknown) => e);
+  expect(err).toMatchObject({ kind: 'unreachable', message: expect.stringContaining('within 300 ms (database.queryTimeoutMs)') });
+  await twoAtOnce('G');
+  const rows = await postgresTarget.query(`select payload->>'orderNo' as o from "${bus.schema}".events order by o`);
+  expect(rows.map((r) => r.o)).toEqual(['F1', 'F2', 'G1', 'G2']);
+}, 20_000);
+
 it.runIf(postgresTarget.available)('a transactional handler\'s own SQL is bounded by its timeout, not the deadline: a statement longer than queryTimeoutMs completes, and the job with it', async () => {
   const bus = await testBus(postgresTarget, events, { database: { postgres: PG_URL, poolSize: 3, queryTimeoutMs: 300 } } as never);
   await postgresTarget.query(`create table "${bus.schema}".slow_effects (order_no text primary key)`);

@@ -32,8 +32,8 @@ export function isDeadlineError(err: unknown): boolean {
  * waiting for that answer, with every later query queued behind it, and ending it politely
  * (a Terminate message) waits on the same silent socket.
  */
-export function dropConnection(client: pg.ClientBase): void {
-  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+export function dropConnection(client: pg.ClientBase, reason?: Error): void {
+  (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream?.destroy(reason);
 }
 
 /** The error a statement past its deadline fails with (transient: DatabaseError 'unreachable'). */

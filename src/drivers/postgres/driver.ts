@@ -264,7 +264,10 @@ export class PostgresDriver implements Driver {
     // A server that does not answer (the usual reason for a deadline) does not answer this either.
     if (key) void sendCancelRequest(key, CANCEL_WAIT_MS).catch(() => {});
     dropConnection(client);
-    for (const c of this.idle) dropConnection(c);
+    // Closed with an error: the pool forgets an idle connection only on its 'error' (a close
+    // without one left it in the pool, dead, and the next transaction given it failed with
+    // "Connection terminated unexpectedly", one per such connection).
+    for (const c of this.idle) dropConnection(c, new Error('closed by rea: a statement on another connection of the pool got no answer within its deadline'));
     this.idle.clear();
   }
 
