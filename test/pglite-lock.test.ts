@@ -52,6 +52,10 @@ async function holdInChild(dir: string): Promise<ChildProcess> {
   return child;
 }
 
+// A child process with its own PGlite (a few seconds to boot and migrate), then this process's:
+// ~10 s on a quiet machine, three times that under the full suite's load.
+const CHILD_TEST_MS = 90_000;
+
 describe('PGlite data directory lock', () => {
   it('a directory another process has open is refused, naming the directory and that pid; free again once it closes', async () => {
     const dir = tempDir();
@@ -81,7 +85,7 @@ describe('PGlite data directory lock', () => {
     expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(process.pid));
     await bus.stop();
     expect(existsSync(join(dir, 'rea.lock'))).toBe(false);
-  });
+  }, CHILD_TEST_MS);
 
   it('a lock left by a process killed with SIGKILL is taken over', async () => {
     const dir = tempDir();
@@ -95,7 +99,7 @@ describe('PGlite data directory lock', () => {
     expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(process.pid));
     await bus.stop();
     expect(existsSync(join(dir, 'rea.lock'))).toBe(false);
-  });
+  }, CHILD_TEST_MS);
 
   it('a lock holding this process\'s pid that this process never took (an earlier process with the same pid) is taken over; one it took is not', async () => {
     const dir = tempDir();
