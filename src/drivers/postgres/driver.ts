@@ -121,7 +121,11 @@ export class PostgresDriver implements Driver {
     // An idle client that loses its connection must not crash the process.
     const poolOptions = (this.pool as unknown as { options: pg.PoolConfig }).options;
     this.where = describeConnection(this.connectionString ?? poolOptions.connectionString, poolOptions as never);
-    this.pool.on('error', (err) => options.onError(err, 'pool'));
+    // An idle connection rea closed itself after a deadline (dropAfterDeadline) is not news: the
+    // statement past its deadline was reported.
+    this.pool.on('error', (err) => {
+      if (!(err instanceof ClosedAfterDeadline)) options.onError(err, 'pool');
+    });
     // Nor one in use: pg-pool listens only while a client is idle or inside pool.query, and a
     // socket error can still arrive after a query failed (server restart, pg_terminate_backend).
     // A permanent listener on every client keeps such a late 'error' from becoming uncaught.
@@ -267,7 +271,7 @@ export class PostgresDriver implements Driver {
     // Closed with an error: the pool forgets an idle connection only on its 'error' (a close
     // without one left it in the pool, dead, and the next transaction given it failed with
     // "Connection terminated unexpectedly", one per such connection).
-    for (const c of this.idle) dropConnection(c, new Error('closed by rea: a statement on another connection of the pool got no answer within its deadline'));
+    for (const c of this.idle) dropConnection(c, new ClosedAfterDeadline());
     this.idle.clear();
   }
 
@@ -578,4 +582,12 @@ export class PostgresDriver implements Driver {
 function escapeLiteral(value: string): string {
   const quoted = value.replaceAll("'", "''");
   return value.includes('\\') ? ` E'${quoted.replaceAll('\\', '\\\\')}'` : `'${quoted}'`;
+}
+
+/** Why rea closed an idle pool connection: a statement on another one got no answer within its deadline. */
+class ClosedAfterDeadline extends Error {
+  constructor() {
+    super('closed by rea: a statement on another connection of the pool got no answer within its deadline');
+    this.name = 'ClosedAfterDeadline';
+  }
 }
