@@ -530,41 +530,37 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   const stopForNewerSchema = async (err: DatabaseError): Promise<void> => {
     if (tooNew || state === 'stopped') return;
     tooNew = err;
-    if (state === 'idle') {
-      // A process that records and never starts (a web server): nothing to stop but its record().
-      const breaking = (await driver.migrationStatus?.().catch(() => undefined))?.breaking ?? [];
-      log.error(
-        { schema, breaking_migrations: breaking, known_up_to: LATEST_MIGRATION, err: err.message },
-        "a newer rea applied a migration marked breaking to this schema while this process ran: its record() and admin writes refuse from now on (DatabaseError too-new). Upgrade this process to a rea at least as new as the one that migrated the schema, and restart it",
+    // A bus never started (a process that only records) has nothing to stop but its record().
+    const started = state === 'started';
+    if (started) {
+      clearInterval(schemaCheck);
+      clearInterval(heartbeat);
+      stoppingWork = Promise.all([relay.stop(), worker.stopTaking(), leader.stop()]).then(
+        () => {},
+        (failed: unknown) => log.warn({ err: errorMessage(failed) }, 'stopping work for a newer schema failed'),
       );
-      lifecycle.emit('schema:too-new', { error: err, breaking });
-      return;
     }
-    clearInterval(schemaCheck);
-    clearInterval(heartbeat);
-    stoppingWork = Promise.all([relay.stop(), worker.stopTaking(), leader.stop()]).then(
-      () => {},
-      (failed: unknown) => log.warn({ err: errorMessage(failed) }, 'stopping work for a newer schema failed'),
-    );
     const breaking = (await driver.migrationStatus?.().catch(() => undefined))?.breaking ?? [];
     log.error(
       { schema, breaking_migrations: breaking, known_up_to: LATEST_MIGRATION, err: err.message },
-      'a newer rea applied a migration marked breaking to this schema while this process ran: it takes no more work (relay rounds, job claims, maintenance) and its record() refuses (DatabaseError too-new); running handlers finish. Upgrade this process to a rea at least as new as the one that migrated the schema, and restart it',
+      'a newer rea applied a migration marked breaking to this schema while this process ran: '
+        + (started ? 'it takes no more work (relay rounds, job claims, maintenance), running handlers finish, and ' : '')
+        + 'its record() and admin writes refuse (DatabaseError too-new). Upgrade this process to a rea at least as new as the one that migrated the schema, and restart it',
     );
     lifecycle.emit('schema:too-new', { error: err, breaking });
   };
 
-  /**
-   * record() in a process that found a newer rea's breaking migration (stopForNewerSchema). A bus
-   * that is not started (a process that only records) has no timer of its own: a record() that
-   * worked starts the check (checkAfterRecord), at most every migrations.checkIntervalMs, and no
-   * record waits for it.
-   */
-  let recordCheckedAt = -Infinity;
+  /** What record() and the admin writes throw in a process that found a newer rea's breaking migration (stopForNewerSchema). */
   const refuseTooNew = () => {
     if (tooNew) throw new DatabaseError('too-new', tooNew.message);
   };
-  /** After a record() that worked (so the database answers): the check of a bus never started. */
+
+  /**
+   * A bus that is not started (a process that only records) has no timer for the check: a
+   * record() that worked (so the database answers) starts it, at most every
+   * migrations.checkIntervalMs, and no record waits for it.
+   */
+  let recordCheckedAt = -Infinity;
   const checkAfterRecord = () => {
     if (state !== 'idle' || performance.now() - recordCheckedAt < migrationCheckMs) return;
     recordCheckedAt = performance.now();
@@ -959,7 +955,10 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
     for (const name of names) {
       const call = calls[name];
       if (typeof call !== 'function') continue;
-      calls[name] = (...args: unknown[]) => (tooNew ? Promise.reject(new DatabaseError('too-new', tooNew.message)) : call(...args));
+      calls[name] = async (...args: unknown[]) => {
+        refuseTooNew();
+        return call(...args);
+      };
     }
   }
   return bus;

@@ -447,8 +447,7 @@ export class Worker {
       }
       for (const outcome of [...round.outcomes.values(), ...round.late.map((l) => l.outcome)]) {
         if (outcome.kind === 'failed') {
-          const { error } = outcome.failure;
-          outcome.log.warn({ err: error.message, ...(error.name ? { err_name: error.name } : {}) }, 'job failed in an inline round that did not commit; not recorded, and its event will be delivered again');
+          outcome.log.warn(errorFields(outcome.failure), 'job failed in an inline round that did not commit; not recorded, and its event will be delivered again');
         }
       }
       return;
@@ -794,8 +793,7 @@ export class Worker {
    * claim reads), and job:failed or job:discarded.
    */
   private emitFailed(job: ClaimedJob, failure: JobFailure, discarded: boolean, retryAt: Date | null, log: Logger): void {
-    const { error } = failure;
-    log.warn({ err: error.message, ...(error.name ? { err_name: error.name } : {}), retry_at: discarded ? null : retryAt?.toISOString() ?? null }, discarded ? 'job discarded' : 'job failed; will retry');
+    log.warn({ ...errorFields(failure), retry_at: discarded ? null : retryAt?.toISOString() ?? null }, discarded ? 'job discarded' : 'job failed; will retry');
     const e = {
       jobId: job.id, handler: job.target, eventId: job.event.id, attempt: job.attempt, error: failure.error.message,
       ...(failure.error.name ? { errorName: failure.error.name } : {}), kind: job.kind,
@@ -820,6 +818,11 @@ export class Worker {
 type MissedFailure = { kind: 'stored'; retryAt: Date } | { kind: 'completed' } | { kind: 'elsewhere'; now: string };
 
 type JobStateRow = Awaited<ReturnType<Driver['operations']['jobStates']>>[number];
+
+/** A failure's error in a log line: its message, and its class when it has one. */
+function errorFields({ error }: JobFailure): { err: string; err_name?: string } {
+  return { err: error.message, ...(error.name ? { err_name: error.name } : {}) };
+}
 
 /** The job's event is gone (retention deleted it before the job ran): the job is discarded, as no attempt could succeed. */
 export class MissingEventError extends Error {
