@@ -568,27 +568,44 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
   };
 
   async function startBus(): Promise<void> {
-    // The first statements a started bus runs: a database that is down, or a schema missing or
-    // behind on migrations, is named here, not in a warning from every poll.
-    noteNewer((await explained(driver.checkMigrated())).newer);
-    await explained(driver.executor.handlerUpsertMany(
-      [...handlers.values()].map((h) => ({
-        name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
-        leaseMs: h.timeoutMs + leaseMarginMs, priority: h.priority,
-      })),
-    ));
-    state = 'started';
-    if (driver.capabilities.listenNotify) {
-      unlisten = await driver.listen(channel, (payload) => {
+    // The LISTEN connection is opened while the schema is checked: a new connection takes as long
+    // as the check, and the first rounds waited for both, one after the other. It is live before
+    // the relay's first round, so no commit's wake-up falls between the two.
+    const listening = driver.capabilities.listenNotify
+      ? driver.listen(channel, (payload) => {
         if (payload === LEASE_RELEASED) return leader.wake();
         if (payload !== 'j' && relayOptions.enabled !== false) relay.wake();
         if (payload !== 'e' && workerOptions.enabled !== false) worker.wake();
-      });
+      })
+      : undefined;
+    // Its failure is start()'s, once the checks are done; not an unhandled rejection before that.
+    listening?.catch(() => {});
+    try {
+      // The first statements a started bus runs: a database that is down, or a schema missing or
+      // behind on migrations, is named here, not in a warning from every poll.
+      noteNewer((await explained(driver.checkMigrated())).newer);
+      await explained(driver.executor.handlerUpsertMany(
+        [...handlers.values()].map((h) => ({
+          name: h.name, patterns: h.patterns, coalesceSubject: h.coalesceSubject, maxAttempts: h.maxAttempts,
+          leaseMs: h.timeoutMs + leaseMarginMs, priority: h.priority,
+        })),
+      ));
+    } catch (err) {
+      // Nothing started: the LISTEN connection, once open, is closed again (or a failed start left it open).
+      await listening?.then((close) => close(), () => {});
+      throw err;
     }
+    state = 'started';
+    if (listening) unlisten = await listening;
     // The worker first: the relay's first round offers it its jobs (hand-off, inline) only if
-    // it already takes them.
-    if (workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun)) worker.start();
-    if (relayOptions.enabled !== false) relay.start();
+    // it already takes them. Its first claim waits for that round (FIRST_CLAIM_WAIT_MS at most):
+    // the round then has the connection that checked the schema, whose backend has rea's tables
+    // and statements warm, and a claim sent beside it on a new connection had its backend plan
+    // the claim, in the same instant, on the same CPUs (the first handler came ~40 % later).
+    const working = workerOptions.enabled !== false && (handlers.size > 0 || webhooksRun);
+    if (working) worker.start({ claims: false });
+    const relayFirstRound = relayOptions.enabled !== false ? relay.start() : undefined;
+    if (working) worker.startClaims(relayFirstRound);
     if (workerOptions.enabled !== false && handlers.size > 0) {
       await beat();
       heartbeat = setInterval(() => void beat(), workerOptions.heartbeatMs);
@@ -761,7 +778,9 @@ export function createBus<S extends EventSchemas>(options: BusOptions<S>): Bus<S
       if (state === 'started') return;
       if (state === 'stopped' || stopping) throw new BusStateError('a stopped bus cannot be started again; create a new one');
       if (starting) return starting;
-      starting = startBus();
+      // startBus runs once `starting` is set: a stop() called from anything its first synchronous
+      // steps call (opening the LISTEN connection) then waits for the start, as any later one does.
+      starting = Promise.resolve().then(startBus);
       try {
         await starting;
       } finally {

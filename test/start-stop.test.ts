@@ -1,10 +1,11 @@
 // bus.stop() called while bus.start() is still on its way (a SIGTERM during start-up, a test or
 // server shutting down before start resolved): the start finishes, then everything it started
 // is stopped; nothing keeps running on a closed pool or keeps the process alive.
-import { expect, it, vi } from 'vitest';
+import { expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
-import { defineEvents, OptionsError } from '../src/index.js';
-import { describeTargets, testBus } from './helpers/db.js';
+import { createBus, defineEvents, OptionsError } from '../src/index.js';
+import { FIRST_CLAIM_WAIT_MS } from '../src/worker/worker.js';
+import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.paid': z.object({ orderNo: z.string() }) });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -92,5 +93,75 @@ describeTargets('start and stop on $name', (target) => {
     finish();
     await stopped;
     expect(aborted).toBe(false);
+  });
+
+  it.skipIf(!target.available)('the worker\'s first claim is sent once the relay\'s first round has ended, not beside it', async () => {
+    const bus = await testBus(target, events);
+    bus.on('order.paid', 'warehouse', async () => {});
+    const calls: string[] = [];
+    const executor = bus.driver.executor as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    for (const name of ['eventFanOut', 'eventClaimable', 'jobClaim']) {
+      const original = executor[name]!.bind(executor);
+      executor[name] = async (...a: unknown[]) => {
+        calls.push(`${name} sent`);
+        try {
+          return await original(...a);
+        } finally {
+          calls.push(`${name} answered`);
+        }
+      };
+    }
+    await bus.start();
+    await vi.waitFor(() => expect(calls).toContain('jobClaim sent'));
+    const firstRoundEnded = calls.findIndex((c) => c === 'eventFanOut answered' || c === 'eventClaimable answered');
+    expect(firstRoundEnded).toBeGreaterThanOrEqual(0);
+    expect(firstRoundEnded).toBeLessThan(calls.indexOf('jobClaim sent'));
+  });
+
+  // On a server: PGlite's one connection is the stuck round's.
+  it.skipIf(!target.available || target.name !== 'postgres')('a relay round stuck at start holds the first claim back FIRST_CLAIM_WAIT_MS at most: a queued job still runs', async () => {
+    const schema = freshSchema();
+    // One job in the queue, fanned by a bus that only relays.
+    const fanner = await testBus(target, events, { schema, worker: { enabled: false } });
+    fanner.on('order.paid', 'warehouse', async () => {});
+    await fanner.start();
+    await fanner.transaction((tx) => fanner.record(tx, 'order.paid', { orderNo: 'A1' }));
+    await vi.waitFor(async () => expect((await target.query(`select count(*)::int as n from "${schema}".jobs`))[0].n).toBe(1));
+    await fanner.stop();
+
+    // Inline delivery: a round waiting for its statement holds none of the worker's room (a
+    // hand-off round does, as it would at any time).
+    const bus = await testBus(target, events, { schema, relay: { inlineMs: 50 } });
+    let ran!: () => void;
+    const done = new Promise<void>((resolve) => (ran = resolve));
+    bus.on('order.paid', 'warehouse', async () => ran());
+    // Every relay round waits (a lock held elsewhere, say) until the test ends.
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    onTestFinished(() => open());
+    const executor = bus.driver.executor as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    for (const name of ['eventFanOut', 'eventClaimable']) {
+      const original = executor[name]!.bind(executor);
+      executor[name] = async (...a: unknown[]) => {
+        await gate;
+        return original(...a);
+      };
+    }
+    const t0 = performance.now();
+    await bus.start();
+    await done;
+    // Not before the cap (the round never ended), and not held for good.
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(FIRST_CLAIM_WAIT_MS - 20);
+  });
+
+  it.skipIf(!target.available || target.name !== 'postgres')('a start whose schema check fails closes the LISTEN connection it opened beside the check', async () => {
+    const schema = freshSchema(); // never migrated
+    const bus = createBus({ database: target.database(), schema, events });
+    onTestFinished(() => bus.stop());
+    bus.on('order.paid', 'warehouse', async () => {});
+    await expect(bus.start()).rejects.toThrow(schema);
+    await sleep(300); // a LISTEN left open would be connected and listening by now
+    const listening = await target.query(`select count(*)::int as n from pg_stat_activity where query = $1`, [`LISTEN "rea_${schema}"`]);
+    expect(listening[0].n).toBe(0);
   });
 });

@@ -93,6 +93,8 @@ export class Relay {
   private drained = true;
   /** Inline rounds left before the lean statement is tried again (see LEAN_RETRY_ROUNDS). */
   private leanPause = 0;
+  /** Set from start() until the poll loop's first round has ended. */
+  private firstRoundEnded: (() => void) | undefined;
 
   constructor(
     private readonly driver: Driver,
@@ -108,18 +110,26 @@ export class Relay {
       minMs: options.minPollMs,
       maxMs: options.maxPollMs,
       round: async ({ woken }) => {
-        const outcome = await this.round({ woken });
-        if (outcome === 'full') this.spawnDrainers();
-        return outcome;
+        try {
+          const outcome = await this.round({ woken });
+          if (outcome === 'full') this.spawnDrainers();
+          return outcome;
+        } finally {
+          this.firstRoundEnded?.();
+          this.firstRoundEnded = undefined;
+        }
       },
       onError: (err) => this.roundFailed(err),
     });
   }
 
-  start(): void {
+  /** Resolves once the first round has ended, whatever it came to (see Worker.startClaims). */
+  start(): Promise<void> {
     this.running = true;
     this.stopping = false;
+    const first = new Promise<void>((resolve) => (this.firstRoundEnded = resolve));
     this.loop.start();
+    return first;
   }
 
   wake(): void {
@@ -154,6 +164,8 @@ export class Relay {
     this.stopping = true;
     for (const round of this.waiting.keys()) round.stopWaiting();
     await this.loop.stop();
+    this.firstRoundEnded?.();
+    this.firstRoundEnded = undefined;
     await Promise.all(this.drainers);
   }
 

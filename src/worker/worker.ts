@@ -31,6 +31,9 @@ export interface WorkerOptions {
 /** How much work the prefetch buffer aims to hold, in ms at the observed completion rate. */
 const PREFETCH_HORIZON_MS = 200;
 
+/** Longest the worker's first claim waits for the relay's first round at start (see startClaims). */
+export const FIRST_CLAIM_WAIT_MS = 1000;
+
 export class HandlerTimeoutError extends Error {
   constructor(readonly timeoutMs: number, message = `handler timed out after ${timeoutMs} ms and was aborted`) {
     super(message);
@@ -196,12 +199,33 @@ export class Worker {
     this.deps.lifecycle.emit('worker:error', { error: err instanceof Error ? err : new Error(errorMessage(err)) });
   }
 
-  start(): void {
+  /** claims: false takes jobs from the relay only, until startClaims(). */
+  start({ claims = true }: { claims?: boolean } = {}): void {
     this.stopping = false;
     this.accepting = true;
     this.stopDeadline = undefined;
     this.claimsEnded = undefined;
-    this.loop.start();
+    if (claims) this.loop.start();
+  }
+
+  /**
+   * Start claiming once `after` settles (the relay's first round, at start), or FIRST_CLAIM_WAIT_MS
+   * from now, whichever comes first: a first round stuck on a lock must not hold queued jobs back.
+   */
+  startClaims(after?: Promise<unknown>): void {
+    if (!after) {
+      if (!this.stopping) this.loop.start();
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, FIRST_CLAIM_WAIT_MS);
+      timer.unref();
+    });
+    void Promise.race([after.catch(() => {}), waited]).then(() => {
+      clearTimeout(timer);
+      if (!this.stopping) this.loop.start();
+    });
   }
 
   wake(): void {
