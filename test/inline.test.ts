@@ -4,7 +4,7 @@
 // that does not commit stores nothing, so its events are delivered again.
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { createAdminHandler, createBus, defineEvents, OptionsError } from '../src/index.js';
+import { createAdminHandler, createBus, defineEvents, OptionsError, retryAfter } from '../src/index.js';
 import { bearer, call, login, serve, TOKEN } from './helpers/admin.js';
 import { postgresTarget, pgliteTarget, quickBackoff, testBus, type Target } from './helpers/db.js';
 import { holdNextClaim } from './helpers/faults.js';
@@ -131,6 +131,26 @@ describe('inline delivery on postgres', () => {
     const [job] = await v.jobs();
     expect(job).toMatchObject({ event_id: id, target: 'flaky', attempt: 2, errors: 1 });
     expect((await v.events())[0]!.delivered_inline).toBeNull();
+  });
+
+  test('an inline failure\'s retry is due its delay after the failure, not after the round began: a slow sibling in the round does not bring it forward', async () => {
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 2000 } });
+    let failedAt: Date | undefined;
+    bus.on('order.created', 'flaky', async () => {
+      failedAt = (await target.query<{ t: Date }>('select clock_timestamp() as t'))[0]!.t;
+      throw retryAfter(60_000);
+    });
+    // Keeps the round open 400 ms after the failure.
+    bus.on('order.created', 'slow', () => new Promise((resolve) => setTimeout(resolve, 400)));
+    await bus.start();
+    await recordAll(bus, [1]);
+    const row = () => target.query<{ scheduled_at: Date }>(`select scheduled_at from "${bus.schema}".jobs where target = 'flaky'`);
+    await vi.waitFor(async () => expect(await row()).toHaveLength(1), { timeout: 5000 });
+    const [{ scheduled_at }] = (await row()) as [{ scheduled_at: Date }];
+    // By the database's clock both: due 60 s after the failure (the statement's time less the
+    // failure's age), not 60 s after the round's BEGIN, ~400 ms earlier.
+    expect(scheduled_at.getTime() - failedAt!.getTime()).toBeGreaterThanOrEqual(60_000 - 50);
+    expect(scheduled_at.getTime() - failedAt!.getTime()).toBeLessThan(60_000 + 300);
   });
 
   test('a delivery still running when the wait ends becomes a running row of this worker; ones not started go to the queue', async () => {

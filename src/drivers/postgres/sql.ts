@@ -488,11 +488,14 @@ with corrected as (
   insert into ${s}.jobs (id, event_id, kind, target, state, attempt, max_attempts, priority, coalesced, lease_ms,
                          scheduled_at, attempted_at, attempted_by, finalized_at, lease_expires_at, errors)
   overriding system value
+  -- A retry is due retry_in_ms after this statement (the failure's delay less its age), a discard
+  -- final now: statement_timestamp(), not now(), which is the round's BEGIN, up to inlineMs
+  -- earlier. The attempt and a running job's lease count from the round's start, as the worker does.
   select j.id, j.event_id, 'handler', j.target, j.state, j.attempt, j.max_attempts, j.priority, j.coalesced, j.lease_ms,
-         coalesce(j.scheduled_at, coalesce($5::timestamptz, now()) + coalesce(j.retry_in_ms, 0) * interval '1 millisecond'),
+         coalesce(j.scheduled_at, coalesce($5::timestamptz, statement_timestamp()) + coalesce(j.retry_in_ms, 0) * interval '1 millisecond'),
          case when j.attempt > 0 then coalesce($5::timestamptz, now()) end,
          case when j.attempt > 0 then $4::text end,
-         case when j.state = 'discarded' then coalesce($5::timestamptz, now()) end,
+         case when j.state = 'discarded' then coalesce($5::timestamptz, statement_timestamp()) end,
          case when j.state = 'running' then coalesce($5::timestamptz, now()) + j.lease_ms * interval '1 millisecond' end,
          case when j.error is null then '[]'::jsonb else jsonb_build_array(${datedError('j.error', 'j.error_age_ms')}) end
   from json_to_recordset($3::json) as j(id bigint, event_id uuid, target text, state text, attempt int, max_attempts int,
