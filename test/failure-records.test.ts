@@ -37,6 +37,25 @@ describeTargets('failure records on $name', (target) => {
     expect(line).toMatchObject({ level: 'warn', err: 'no such postcode', err_name: 'CarrierRejected', handler: 'ship' });
   });
 
+  test('every error entry\'s `at` is written as toISOString() writes it (UTC, milliseconds, Z), the ones rea\'s SQL dates and the ones the worker dates alike', async () => {
+    const bus = await testBus(target, events);
+    bus.on('task.queued', 'ship', async () => {
+      throw new Error('no such postcode');
+    }, { maxAttempts: 2, backoff: () => 60_000 });
+    await bus.start();
+    const failed = bus.lifecycle.waitFor('job:failed');
+    await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+    const { jobId } = await failed;
+    // An operator discards the waiting retry: an entry written by SQL alone.
+    expect(await bus.jobs.discard([jobId])).toEqual([jobId]);
+    const [row] = await target.query<{ errors: { at: string; name?: string }[] }>(`select errors from "${bus.schema}".jobs where id = $1`, [jobId]);
+    expect(row!.errors.map((e) => e.name)).toEqual(['Error', 'DiscardedByOperator']);
+    for (const { at } of row!.errors) {
+      expect(at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      expect(new Date(at).toISOString()).toBe(at);
+    }
+  });
+
   test('permanent(err) and retryAfter(ms, err) store the error they wrap (its name and stack), not the wrapper', async () => {
     const lines: Record<string, unknown>[] = [];
     const bus = await testBus(target, events, { logger: captureLogger(lines) });

@@ -1,6 +1,7 @@
 // The admin read statements for PostgreSQL and PGlite (lists with keyset pagination, the leader
 // lease, operator discards), named after the AdminExecutor method that runs each one.
 import { WAITING } from './by-id.js';
+import { isoTime } from './sql-time.js';
 
 const eventColumns = /* sql */ `
   id::text as id, type, subject, trace_id, created_by, created_at, fanned_out_at, fan_attempts,
@@ -57,7 +58,7 @@ set state = 'discarded',
     finalized_at = coalesce($2::timestamptz, now()),
     lease_expires_at = null,
     errors = errors || jsonb_build_array(jsonb_build_object(
-      'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'DiscardedByOperator',
+      'at', ${isoTime('coalesce($2::timestamptz, now())')}, 'attempt', attempt, 'name', 'DiscardedByOperator',
       'message', 'discarded by an operator (bus.jobs.discard: the API, the panel or the CLI)'))
 where id = any($1::bigint[]) and state = any (${WAITING})
 returning id::text as id`,
@@ -102,7 +103,7 @@ with batch as materialized (
   update ${s}.jobs j
   set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_expires_at = null,
       errors = errors || jsonb_build_array(jsonb_build_object(
-        'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'HandlerForgotten',
+        'at', ${isoTime('coalesce($2::timestamptz, now())')}, 'attempt', attempt, 'name', 'HandlerForgotten',
         'message', 'cancelled: its handler was forgotten (rea handlers forget)'))
   from batch b
   where j.id = b.id and j.state in ('available', 'retryable')

@@ -1,5 +1,6 @@
 // The webhook statements of the PostgreSQL and PGlite drivers, named after the WebhookExecutor
 // method that runs each. `s` is the already-quoted schema; time comes in as coalesce($now, now()).
+import { isoTime } from './sql-time.js';
 
 /** Deliveries an attempt moves out (a failure) or back (a recovery) at most: see attemptRecord. */
 export const ENDPOINT_MOVE_BATCH = 1000;
@@ -111,7 +112,7 @@ with gone as (
   update ${s}.jobs
   set state = 'cancelled', finalized_at = coalesce($2::timestamptz, now()), lease_expires_at = null,
       errors = errors || jsonb_build_array(jsonb_build_object(
-        'at', coalesce($2::timestamptz, now()), 'attempt', attempt, 'name', 'EndpointDeleted',
+        'at', ${isoTime('coalesce($2::timestamptz, now())')}, 'attempt', attempt, 'name', 'EndpointDeleted',
         'message', 'cancelled: its endpoint was deleted'))
   where kind = 'webhook' and target = $1::uuid::text and state in ('available', 'retryable')
     and exists (select 1 from gone)

@@ -1,6 +1,7 @@
 // Every SQL statement the PostgreSQL and PGlite drivers run, named after the executor method that
 // runs it. `s` is the already-quoted schema. Time comes in as a parameter: coalesce($now, now()).
 import { runningBatch } from './by-id.js';
+import { isoTime } from './sql-time.js';
 
 /**
  * Due jobs a capped '*' claim reads in due order before it walks the targets instead (claim):
@@ -30,7 +31,7 @@ export const CLAIM_WALK_ROUNDS = 8;
  * not now(): an inline round's transaction began before its handlers ran.
  */
 const datedError = (entry: string, ageMs: string) => /* sql */ `case when ${entry} ? 'at' then ${entry}
-  else ${entry} || jsonb_build_object('at', statement_timestamp() - coalesce(${ageMs}, 0) * interval '1 millisecond') end`;
+  else ${entry} || jsonb_build_object('at', ${isoTime(`statement_timestamp() - coalesce(${ageMs}, 0) * interval '1 millisecond'`)}) end`;
 
 /**
  * jobClaim (capped false) and jobClaimCapped (capped true): one statement, one round trip.
@@ -652,7 +653,7 @@ set state = case when j.attempt >= j.max_attempts then 'discarded' else 'retryab
     finalized_at = case when j.attempt >= j.max_attempts then coalesce($2::timestamptz, now()) end,
     lease_expires_at = null,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
-      'at', coalesce($2::timestamptz, now()), 'attempt', j.attempt, 'name', 'LeaseExpired',
+      'at', ${isoTime('coalesce($2::timestamptz, now())')}, 'attempt', j.attempt, 'name', 'LeaseExpired',
       'message', 'lease expired: the worker stopped (crash, kill or lost connection) before finishing'))
 from stuck
 where j.id = stuck.id
