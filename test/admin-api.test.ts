@@ -1,5 +1,6 @@
 // The admin HTTP API on node:http and Express: authentication (401s), cross-site refusal (403s),
 // 400s naming the parameter, and every action's effect in the database, on PGlite and PostgreSQL.
+import { randomBytes } from 'node:crypto';
 import express from 'express';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
@@ -967,6 +968,33 @@ describeTargets('admin API on $name', (target) => {
       expect(r.status, JSON.stringify(body)).toBe(400);
       expect(r.json.error.parameter).toBe(parameter);
     }
+  });
+
+  test('create and rotate take the receiver\'s own secret (bare base64 or whsec_…); a bad one is a 400 naming secret, never echoing it, and nothing changes', async () => {
+    const { bus, s } = await setup(target);
+    const bare = randomBytes(32).toString('base64');
+    const created = await call(s.url, 'POST', '/api/endpoints', { body: { url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'], secret: bare }, headers: bearer() });
+    expect(created.status).toBe(201);
+    expect(created.json.secret).toBe(`whsec_${bare}`);
+    const id = created.json.endpoint.id as string;
+    const own = `whsec_${randomBytes(32).toString('base64')}`;
+    const rotated = await call(s.url, 'POST', `/api/endpoints/${id}/rotate`, { body: { secret: own, graceMs: 0 }, headers: bearer() });
+    expect(rotated.status).toBe(200);
+    expect(rotated.json.secret).toBe(own);
+    const short = randomBytes(16).toString('base64');
+    for (const [path, body] of [
+      ['/api/endpoints', { url: 'http://127.0.0.1:9/other', eventTypes: ['order.*'], secret: short }],
+      [`/api/endpoints/${id}/rotate`, { secret: short }],
+      [`/api/endpoints/${id}/rotate`, { secret: 42 }],
+    ] as const) {
+      const r = await call(s.url, 'POST', path, { body, headers: bearer() });
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.json.error.parameter).toBe('secret');
+      expect(r.text).not.toContain(short);
+    }
+    expect((await bus.endpoints.list()).map((e) => e.id)).toEqual([id]);
+    const stored = await target.query<{ secrets: { secret: string }[] }>(`select secrets from "${bus.schema}".endpoints where id = $1`, [id]);
+    expect(stored[0]!.secrets.map((x) => x.secret).filter((x) => x !== `whsec_${bare}`)).toEqual([own]);
   });
 
   test('from the panel, add endpoint and rotate answer with a page that shows the secret once (a redirect would lose it)', async () => {

@@ -88,6 +88,25 @@ describe.skipIf(!postgresTarget.available)('endpoints CLI on postgres', () => {
     expect(JSON.parse((await rea('endpoints', 'list', '--json', ...db)).out).items).toHaveLength(1);
   });
 
+  it('rotate --secret takes the receiver\'s own secret (bare base64 or whsec_…); a short one is refused by name, never echoed, and the secret stays', async () => {
+    const bus = await testBus(postgresTarget, events, quiet);
+    const db = ['--database-url', PG_URL, '--schema', bus.schema, '--allow-private-networks'];
+    const added = await rea('endpoints', 'add', 'http://127.0.0.1:9/a', '--events', 'order.*', '--json', ...db);
+    const { id, secret: first } = JSON.parse(added.out) as { id: string; secret: string };
+    const bare = randomBytes(32).toString('base64');
+    const rotated = await rea('endpoints', 'rotate', id, '--secret', bare, '--grace-ms', '0', '--json', ...db);
+    expect(rotated.code).toBe(0);
+    expect(JSON.parse(rotated.out)).toMatchObject({ secret: `whsec_${bare}`, secretHint: bare.replace(/=+$/, '').slice(-4) });
+    const short = randomBytes(16).toString('base64');
+    const refused = await rea('endpoints', 'rotate', id, '--secret', short, ...db);
+    expect(refused).toMatchObject({ code: 2, err: 'rea: invalid webhook secret: decodes to 16 bytes; at least 24 are required' });
+    expect(refused.out + refused.err).not.toContain(short);
+    const stored = await postgresTarget.query<{ secrets: { secret: string }[] }>(`select secrets from "${bus.schema}".endpoints where id = $1`, [id]);
+    expect(stored[0]!.secrets.map((x) => x.secret)).toContain(`whsec_${bare}`);
+    expect(stored[0]!.secrets.map((x) => x.secret)).not.toContain(`whsec_${short}`);
+    expect(first).not.toBe(`whsec_${bare}`);
+  });
+
   it('update changes the URL, event types and description; delete needs --yes and removes the endpoint', async () => {
     const bus = await testBus(postgresTarget, events, quiet);
     const db = ['--database-url', PG_URL, '--schema', bus.schema, '--allow-private-networks'];

@@ -5,7 +5,8 @@ import { isoTimeMs, JOB_KIND_PROBLEM, JOB_LIST_KINDS } from '../core/filters.js'
 import { isJobId, MAX_JOB_ID } from '../core/job-id.js';
 import { EVENT_STATES } from '../driver/admin.js';
 import { JOB_STATES } from '../driver/types.js';
-import { badRequest } from './http.js';
+import { WebhookSecretError } from '../channels/webhook/errors.js';
+import { badRequest, HttpError } from './http.js';
 
 const text = z.string().max(500);
 /**
@@ -70,3 +71,13 @@ export function jobIdParam(value: string | undefined, name = 'id'): string {
  * false above all, is refused: taken as "on", `{ poisoned: false }` requeued every poisoned event.
  */
 export const flag = z.union([z.literal(true), z.enum(['true', 'on', '1'])], { message: 'must be true (or left out)' }).transform(() => true as const);
+
+/** A secret given to create or rotate that bus.endpoints refuses: a 400 naming the `secret` parameter (its message never holds the secret). */
+export async function secretChecked<T>(work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (err) {
+    if (err instanceof WebhookSecretError) throw new HttpError(400, err.code, err.message, 'secret');
+    throw err;
+  }
+}

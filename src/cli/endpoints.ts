@@ -164,8 +164,9 @@ export function endpointsCommand(): Command {
     command('rotate', 'rotate the secret; the old one keeps signing for the grace period; prints the new secret once')
       .argument('<id>', 'the endpoint id', endpointId('rotate'))
       .option('--grace-ms <ms>', 'how long the previous secret stays valid (default 24 h)', wholeNumber(0))
-      .action(async (id: string, flags: Flags & { graceMs?: number }) => {
-        printWithSecret(await withEndpointsBus(flags, (bus) => bus.endpoints.rotateSecret(id, { graceMs: flags.graceMs })), flags.json, 'new secret');
+      .option('--secret <whsec>', 'use this Standard Webhooks secret (whsec_… or the base64 alone, printed with whsec_) instead of a generated one')
+      .action(async (id: string, flags: Flags & { graceMs?: number; secret?: string }) => {
+        printWithSecret(await withEndpointsBus(flags, (bus) => bus.endpoints.rotateSecret(id, { graceMs: flags.graceMs, secret: flags.secret })), flags.json, 'new secret');
       }),
   );
 
