@@ -17,7 +17,7 @@ export type { Clock } from './core/clock.js';
 export { DEFAULTS } from './core/options.js';
 export type { HandlerOptions } from './core/options.js';
 export type { Lifecycle, LifecycleEvents, LifecycleName } from './core/lifecycle.js';
-export type { Logger } from './core/logger.js';
+export type { JobLogger, Logger } from './core/logger.js';
 export type { HandlerContext } from './worker/registry.js';
 // The reasons ctx.signal aborts with (the handler's timeoutMs; a stop), and what runHandlerNow rejects with at the timeout.
 export { HandlerTimeoutError, WorkerStoppingError } from './worker/worker.js';

@@ -1,4 +1,5 @@
 // Leader election (a lease row with a TTL), per-handler concurrency, and log context.
+import { pino } from 'pino';
 import { expect, it } from 'vitest';
 import { z } from 'zod';
 import { createAdminHandler, createBus, defineEvents, type Logger } from '../src/index.js';
@@ -153,6 +154,42 @@ describeTargets('leader and workers on $name', (target) => {
     await done;
     const line = lines.find((l) => l.step === 'inside');
     expect(line).toMatchObject({ trace_id: traceId, event_id: id, handler: 'logs', attempt: 1, msg: 'handling' });
+  });
+
+  test('ctx.log takes pino\'s trace and fatal too (and tells its level); on a logger without them, they write at debug and error', async () => {
+    // pino itself, at trace, writing JSON lines to memory.
+    const written: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'trace' }, { write: (line: string) => void written.push(JSON.parse(line)) }) as unknown as Logger;
+    const bus = await testBus(target, events, { logger });
+    let level: string | undefined;
+    bus.on('job.requested', 'logs', (_e, ctx) => {
+      level = ctx.log.level;
+      ctx.log.trace({ step: 'fine' }, 'tracing');
+      ctx.log.child({ carrier: 'post' }).fatal({ step: 'bad' }, 'giving up');
+    });
+    await bus.start();
+    const done = bus.lifecycle.waitFor('job:completed');
+    const id = await bus.transaction((tx) => bus.record(tx, 'job.requested', { n: 1 }));
+    await done;
+    expect(level).toBe('trace');
+    expect(written.find((l) => l.step === 'fine')).toMatchObject({ level: 10, msg: 'tracing', event_id: id, handler: 'logs', trace_id: expect.any(String) });
+    expect(written.find((l) => l.step === 'bad')).toMatchObject({ level: 60, msg: 'giving up', event_id: id, carrier: 'post', trace_id: expect.any(String) });
+
+    const lines: Record<string, unknown>[] = [];
+    const plain = await testBus(target, events, { logger: captureLogger(lines) });
+    let plainLevel: string | undefined = 'unset';
+    plain.on('job.requested', 'logs', (_e, ctx) => {
+      plainLevel = ctx.log.level;
+      ctx.log.trace({ step: 'fine' }, 'tracing');
+      ctx.log.fatal({ step: 'bad' }, 'giving up');
+    });
+    await plain.start();
+    const plainDone = plain.lifecycle.waitFor('job:completed');
+    await plain.transaction((tx) => plain.record(tx, 'job.requested', { n: 2 }));
+    await plainDone;
+    expect(plainLevel).toBeUndefined();
+    expect(lines.find((l) => l.step === 'fine')).toMatchObject({ level: 'debug', msg: 'tracing', handler: 'logs' });
+    expect(lines.find((l) => l.step === 'bad')).toMatchObject({ level: 'error', msg: 'giving up', handler: 'logs' });
   });
 
   test('a job\'s child logger is made only when the job logs (most never do)', async () => {

@@ -47,10 +47,25 @@ export function checkLogger(logger: unknown): Logger {
   return logger as Logger;
 }
 
+/**
+ * A handler's ctx.log: rea's Logger and pino's two other levels. A handler written against pino
+ * (plain JavaScript, or from before ctx.log was rea's wrapper) calls ctx.log.trace or .fatal: with
+ * a logger that has no such method, trace writes at debug and fatal at error. `level` is the
+ * logger's own, where it has one (pino's), else undefined.
+ */
+export interface JobLogger extends Logger {
+  trace(obj: object, msg?: string): void;
+  fatal(obj: object, msg?: string): void;
+  readonly level: string | undefined;
+}
+
 /** Writes one line (`write`, given fields to add to it), in a context of its choosing. */
 export type LineWriter = (write: (fields: Record<string, unknown>) => void) => void;
 
-type Level = 'debug' | 'info' | 'warn' | 'error';
+type Level = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
+
+/** A level's method on a logger that may not have it (trace, fatal): the nearest it has. */
+const FALLBACK: Record<Level, 'debug' | 'info' | 'warn' | 'error'> = { trace: 'debug', debug: 'debug', info: 'info', warn: 'warn', error: 'error', fatal: 'error' };
 
 /**
  * A child logger made on its first use. A job's logger carries its job's ids, and most jobs
@@ -58,7 +73,7 @@ type Level = 'debug' | 'info' | 'warn' | 'error';
  * `line`, when given, writes each line, adding the fields that change from line to line (a job's
  * trace: see jobLogLine); children made from this logger write theirs through it too.
  */
-export class LazyLogger implements Logger {
+export class LazyLogger implements JobLogger {
   #child: Logger | undefined;
 
   /** bindings: or a function that makes them, called on first use (most jobs never log). */
@@ -71,6 +86,19 @@ export class LazyLogger implements Logger {
   /** The child itself. */
   get real(): Logger {
     return (this.#child ??= this.parent.child(typeof this.bindings === 'function' ? this.bindings() : this.bindings));
+  }
+
+  get level(): string | undefined {
+    const level = (this.real as { level?: unknown }).level;
+    return typeof level === 'string' ? level : undefined;
+  }
+
+  trace(obj: object, msg?: string): void {
+    this.#write('trace', obj, msg);
+  }
+
+  fatal(obj: object, msg?: string): void {
+    this.#write('fatal', obj, msg);
   }
 
   debug(obj: object, msg?: string): void {
@@ -89,23 +117,24 @@ export class LazyLogger implements Logger {
     this.#write('error', obj, msg);
   }
 
-  child(bindings: Record<string, unknown>): Logger {
-    return this.line ? new LazyLogger(this.real, bindings, this.line) : this.real.child(bindings);
+  child(bindings: Record<string, unknown>): JobLogger {
+    return new LazyLogger(this.real, bindings, this.line);
   }
 
-  #write(level: Level, obj: object, msg: string | undefined): void {
-    const real = this.real;
+  #write(wanted: Level, obj: object, msg: string | undefined): void {
+    const real = this.real as Logger & Partial<Record<Level, (obj: object, msg?: string) => void>>;
+    const level = typeof real[wanted] === 'function' ? wanted : FALLBACK[wanted];
     if (!this.line) {
-      real[level](obj, msg);
+      real[level]!(obj, msg);
       return;
     }
     // The line's own keys win over the added fields, as they win over pino's bindings. A message
     // given alone, or an Error, as pino takes them (a handler's code may be plain JavaScript):
     // the fields go in front of the message, and the error under pino's key for it.
     this.line((fields) => {
-      if (typeof obj === 'string') real[level](fields, obj);
-      else if (obj instanceof Error) real[level]({ ...fields, err: obj }, msg);
-      else real[level]({ ...fields, ...obj }, msg);
+      if (typeof obj === 'string') real[level]!(fields, obj);
+      else if (obj instanceof Error) real[level]!({ ...fields, err: obj }, msg);
+      else real[level]!({ ...fields, ...obj }, msg);
     });
   }
 }

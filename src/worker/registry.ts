@@ -1,6 +1,6 @@
 // What the worker knows about each locally registered handler, options resolved to their defaults.
 import type { Backoff } from '../core/backoff.js';
-import type { Logger } from '../core/logger.js';
+import type { JobLogger } from '../core/logger.js';
 import type { Transaction } from '../tx/rea.js';
 
 export interface HandlerContext {
@@ -15,7 +15,7 @@ export interface HandlerContext {
   /** How many events of this subject this job stands for (coalescing handlers); otherwise 1. */
   readonly coalesced: number;
   /** A logger whose lines carry trace_id, event_id, handler and attempt; with OpenTelemetry, the active span's span_id and trace_flags (README: Logs and traces). */
-  readonly log: Logger;
+  readonly log: JobLogger;
   /** With `transactional: true`: the transaction holding this job's completion and consume record. */
   readonly tx?: Transaction;
 }

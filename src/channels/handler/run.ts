@@ -1,7 +1,7 @@
 // The in-process handler channel: call the user's function with its context; with
 // `transactional`, inside one transaction with the consume record and the job's completion.
 import type { Clock } from '../../core/clock.js';
-import type { LazyLogger, Logger } from '../../core/logger.js';
+import type { JobLogger, LazyLogger } from '../../core/logger.js';
 import type { ClaimedJob, Driver } from '../../driver/types.js';
 import { makeTransaction, type Transaction, type TransactionState } from '../../tx/rea.js';
 import type { JobAbort } from '../../worker/abort.js';
@@ -41,7 +41,7 @@ class JobContext implements HandlerContext {
     return this.#abort.signal;
   }
 
-  get log(): Logger {
+  get log(): JobLogger {
     return this.#log;
   }
 }
