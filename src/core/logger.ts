@@ -57,6 +57,7 @@ export interface JobLogger extends Logger {
   trace(obj: object, msg?: string): void;
   fatal(obj: object, msg?: string): void;
   readonly level: string | undefined;
+  child(bindings: Record<string, unknown>): JobLogger;
 }
 
 /** Writes one line (`write`, given fields to add to it), in a context of its choosing. */
