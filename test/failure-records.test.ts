@@ -1,7 +1,7 @@
 // What a failing job can never do to the others: an error the database cannot store, a backoff
 // that returns no number, a shutdown at the last attempt, a webhook answer with a NUL byte. And the
 // pieces underneath: the batcher's isolation of a refused item, the maintenance runner's restart.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { Batcher } from '../src/core/batcher.js';
 import { storable } from '../src/core/errors-format.js';
@@ -275,6 +275,38 @@ describeTargets('failure records on $name', (target) => {
     const [attempt] = await target.query(`select outcome, response_excerpt from "${bus.schema}".webhook_attempts where endpoint_id = $1`, [ep.id]);
     expect(attempt).toEqual({ outcome: 'success', response_excerpt: 'ok\uFFFD\u0001' });
   });
+});
+
+it.runIf(postgresTarget.available)('a failure whose write failed, and whose job the rescuer returned at the same attempt before it was sent again, is not taken for stored: the run says its lease expired, and no job:failed is told for it', async () => {
+  const lines: Record<string, unknown>[] = [];
+  const bus = await testBus(postgresTarget, events, { logger: captureLogger(lines) });
+  const s = `"${bus.schema}"`;
+  bus.on('task.queued', 'ship', async (_e, ctx) => {
+    throw new Error('carrier down');
+  }, { maxAttempts: 3, backoff: () => 60_000 });
+  const executor = bus.driver.executor;
+  const failMany = executor.jobFailMany.bind(executor);
+  let first = true;
+  vi.spyOn(executor, 'jobFailMany').mockImplementation(async (p) => {
+    if (first) {
+      first = false;
+      // Nothing written, and meanwhile the job's lease expires and the rescuer returns it: the
+      // same state and attempt the failure would have stored, with the rescuer's entry.
+      await postgresTarget.query(`update ${s}.jobs set lease_expires_at = now() - interval '1 second' where id = $1`, [p.failures[0]!.id]);
+      expect(await executor.jobRescue({ limit: 10, now: null })).toMatchObject({ rescued: 1 });
+      // Not claimed again before the write is sent again (the race this pins down): due later.
+      await postgresTarget.query(`update ${s}.jobs set scheduled_at = now() + interval '1 hour' where id = $1`, [p.failures[0]!.id]);
+      throw new Error('Connection terminated unexpectedly');
+    }
+    return failMany(p);
+  });
+  const failed: number[] = [];
+  bus.lifecycle.on('job:failed', (e) => void failed.push(e.attempt));
+  await bus.start();
+  await bus.transaction((tx) => bus.record(tx, 'task.queued', { n: 1 }));
+  await vi.waitFor(() => expect(lines.some((l) => /^a job failed after its lease expired/.test(String(l.msg)))).toBe(true), { timeout: 5000 });
+  expect(failed).toEqual([]);
+  expect(lines.filter((l) => l.msg === 'job failed; will retry')).toEqual([]);
 });
 
 it.runIf(postgresTarget.available)('a transactional handler whose COMMIT reply is lost: its run fails waiting, yet the job is completed once, reported completed once, and the log says so (not that the rescuer took it)', async () => {

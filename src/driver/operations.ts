@@ -138,5 +138,12 @@ export interface OperationsExecutor {
    * job alone while there is one), or null. attemptedBy: the worker that took its last attempt (a
    * claim, a hand-off or an inline round), or null when none did or a release gave it back.
    */
-  jobStates(params: { ids: string[] }): Promise<{ id: string; state: JobState; attempt: number; attemptedBy: string | null; scheduledAt: Date; eventFound: boolean; waitingJobId: string | null }[]>;
+  /**
+   * lastError: the job's newest error entry (null: none). Optional for a driver of one's own; without
+   * it, a failure whose write's reply was lost is told stored by its state and attempt alone.
+   */
+  jobStates(params: { ids: string[] }): Promise<{
+    id: string; state: JobState; attempt: number; attemptedBy: string | null; scheduledAt: Date; eventFound: boolean; waitingJobId: string | null;
+    lastError?: { name?: string; message: string } | null;
+  }[]>;
 }

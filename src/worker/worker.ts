@@ -767,7 +767,12 @@ export class Worker {
       const { job, failure } = item;
       const s = states.get(job.id);
       if (!s) return [item, { kind: 'elsewhere', now: 'gone' }];
-      if (resent.has(item) && s.state === failure.state && s.attempt === failure.attempt - (failure.refundAttempt ? 1 : 0)) {
+      // Stored by the write whose reply was lost: its state and attempt, and its error as the
+      // newest entry. The state and attempt alone are also a rescued job's (LeaseExpired, at the
+      // same attempt) that no worker took again yet: this run's failure was then said stored, its
+      // job:failed told, and its error was not the job's.
+      if (resent.has(item) && s.state === failure.state && s.attempt === failure.attempt - (failure.refundAttempt ? 1 : 0)
+        && (s.lastError === undefined || sameError(s.lastError, failure.error))) {
         return [item, { kind: 'stored', retryAt: s.scheduledAt }];
       }
       if (this.completedHere(s, job)) return [item, { kind: 'completed' }];
@@ -842,6 +847,11 @@ export class Worker {
 type MissedFailure = { kind: 'stored'; retryAt: Date } | { kind: 'completed' } | { kind: 'elsewhere'; now: string };
 
 type JobStateRow = Awaited<ReturnType<Driver['operations']['jobStates']>>[number];
+
+/** A stored error entry is this failure's: the same class and message (the entry as sent is storable already). */
+function sameError(stored: { name?: string; message: string } | null, sent: NewJobErrorEntry): boolean {
+  return stored !== null && stored.message === sent.message && (stored.name ?? undefined) === (sent.name ?? undefined);
+}
 
 /** A failure's error in a log line: its message, and its class when it has one. */
 function errorFields({ error }: JobFailure): { err: string; err_name?: string } {

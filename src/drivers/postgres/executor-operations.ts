@@ -205,6 +205,7 @@ export class PostgresOperationsExecutor implements OperationsExecutor {
     return rows.map((r) => ({
       id: r.id as string, state: r.state as JobState, attempt: Number(r.attempt), attemptedBy: (r.attempted_by as string | null) ?? null, scheduledAt: r.scheduled_at as Date,
       eventFound: r.event_found === true, waitingJobId: (r.waiting_job_id as string | null) ?? null,
+      lastError: r.last_error_message == null ? null : { name: (r.last_error_name as string | null) ?? undefined, message: r.last_error_message as string },
     }));
   }
 }

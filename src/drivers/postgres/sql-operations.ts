@@ -412,6 +412,7 @@ returning id::text as id`,
     // waiting_job_id: another job of the same handler for the same event that waits or runs (why jobRetry left this one alone).
     jobStates: /* sql */ `
 select j.id::text as id, j.state, j.attempt, j.attempted_by, j.scheduled_at, exists (select 1 from ${s}.events e where e.id = j.event_id) as event_found,
+       j.errors -> -1 ->> 'name' as last_error_name, j.errors -> -1 ->> 'message' as last_error_message,
        (select o.id::text from ${s}.jobs o
         where j.kind = 'handler' and o.event_id = j.event_id and o.kind = 'handler' and o.target = j.target
           and o.id <> j.id and o.state = any (${BUSY})
