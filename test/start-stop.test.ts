@@ -4,7 +4,7 @@
 import { expect, it, onTestFinished, vi } from 'vitest';
 import { z } from 'zod';
 import { createBus, defineEvents, OptionsError } from '../src/index.js';
-import { FIRST_CLAIM_WAIT_MS } from '../src/worker/worker.js';
+import { FIRST_CLAIM_WAIT_MS, RESERVATION_HOLD_MS } from '../src/worker/worker.js';
 import { describeTargets, freshSchema, testBus } from './helpers/db.js';
 
 const events = defineEvents({ 'order.paid': z.object({ orderNo: z.string() }) });
@@ -152,6 +152,36 @@ describeTargets('start and stop on $name', (target) => {
     await done;
     // Not before the cap (the round never ended), and not held for good.
     expect(performance.now() - t0).toBeGreaterThanOrEqual(FIRST_CLAIM_WAIT_MS - 20);
+  });
+
+  it.skipIf(!target.available || target.name !== 'postgres')('a hand-off round stuck on a lock gives the room it reserved back after RESERVATION_HOLD_MS: a queued job still runs', async () => {
+    const schema = freshSchema();
+    const fanner = await testBus(target, events, { schema, worker: { enabled: false } });
+    fanner.on('order.paid', 'warehouse', async () => {});
+    await fanner.start();
+    await fanner.transaction((tx) => fanner.record(tx, 'order.paid', { orderNo: 'A1' }));
+    await vi.waitFor(async () => expect((await target.query(`select count(*)::int as n from "${schema}".jobs`))[0].n).toBe(1));
+    await fanner.stop();
+
+    // rea's defaults: no inline delivery, so each relay round reserves the worker's room for the
+    // jobs it would hand off, then waits here (a lock held elsewhere) until the test ends.
+    const bus = await testBus(target, events, { schema });
+    let ran!: () => void;
+    const done = new Promise<void>((resolve) => (ran = resolve));
+    bus.on('order.paid', 'warehouse', async () => ran());
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    onTestFinished(() => open());
+    const executor = bus.driver.executor as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    const fanOut = executor.eventFanOut!.bind(executor);
+    executor.eventFanOut = async (...a: unknown[]) => {
+      await gate;
+      return fanOut(...a);
+    };
+    const t0 = performance.now();
+    await bus.start();
+    await done;
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(RESERVATION_HOLD_MS - 20);
   });
 
   it.skipIf(!target.available || target.name !== 'postgres')('a start whose schema check fails closes the LISTEN connection it opened beside the check', async () => {

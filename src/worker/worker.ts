@@ -34,6 +34,19 @@ const PREFETCH_HORIZON_MS = 200;
 /** Longest the worker's first claim waits for the relay's first round at start (see startClaims). */
 export const FIRST_CLAIM_WAIT_MS = 1000;
 
+/** Longest a relay round's reservation of the worker's room holds it from claims (see reservedNow). */
+export const RESERVATION_HOLD_MS = 1000;
+
+interface Reservation {
+  /** When it was made (performance.now()). */
+  at: number;
+  /** Room it holds in all (at most the room there was), and per target. */
+  total: number;
+  targets: { target: string; limit: number }[];
+  /** Wakes the claim loop once it stops counting. */
+  timer: NodeJS.Timeout;
+}
+
 export class HandlerTimeoutError extends Error {
   constructor(readonly timeoutMs: number, message = `handler timed out after ${timeoutMs} ms and was aborted`) {
     super(message);
@@ -98,9 +111,8 @@ export class Worker {
   private rateWindowStart = performance.now();
   private rateWindowCount = 0;
   private readonly releases: Batcher<ClaimedJob>;
-  /** Handler jobs reserved for relay rounds in flight (see reserveHandOff), per target and in all. */
-  private readonly reserved = new Map<string, number>();
-  private reservedTotal = 0;
+  /** Room reserved for relay rounds in flight (see reserveHandOff), by the hand-off each was given for. */
+  private readonly reservations = new Map<FanOutHandOff, Reservation>();
   private accepting = false;
   /** Jobs of inline rounds, until they settle (see InlineRound). */
   private readonly inlineOf = new Map<string, InlineRound>();
@@ -334,7 +346,7 @@ export class Worker {
     // Before any rate is known, allow one extra round of `concurrency` jobs.
     const expected = this.rate === 0 ? this.options.concurrency : Math.ceil((this.rate * PREFETCH_HORIZON_MS) / 1000);
     const allowance = Math.min(this.options.prefetch, expected);
-    return { room: free + allowance - this.buffer.length - this.reservedTotal, allowance };
+    return { room: free + allowance - this.buffer.length - this.reservedNow(), allowance };
   }
 
   /**
@@ -352,10 +364,8 @@ export class Worker {
     const targets = room > 0 ? offered.filter((t) => !inlined.has(t.target)) : [];
     if (targets.length === 0 && inlineTargets.length === 0) return null;
     const limit = Math.min(Math.max(room, 0), targets.reduce((n, t) => n + t.limit, 0));
-    for (const t of targets) this.reserved.set(t.target, (this.reserved.get(t.target) ?? 0) + t.limit);
-    this.reservedTotal += limit;
     if (limit > 0) this.relayRounds++;
-    return {
+    const handOff: FanOutHandOff = {
       workerId: this.deps.workerId,
       targets: [
         ...targets.map((t) => ({ target: t.target, limit: t.limit, leaseMs: t.leaseMs })),
@@ -363,6 +373,34 @@ export class Worker {
       ],
       limit: limit + inlineTargets.reduce((n, t) => n + t.limit, 0),
     };
+    if (targets.length > 0) {
+      // A round that holds its reservation past RESERVATION_HOLD_MS (its statement waits on a lock)
+      // no longer counts against the room: the claim loop is woken to take it.
+      const timer = setTimeout(() => {
+        if (this.reservations.has(handOff)) this.loop.wake();
+      }, RESERVATION_HOLD_MS);
+      timer.unref();
+      this.reservations.set(handOff, { at: performance.now(), total: limit, targets: targets.map((t) => ({ target: t.target, limit: t.limit })), timer });
+    }
+    return handOff;
+  }
+
+  /**
+   * Room reserved for relay rounds in flight, for `target` or in all. A reservation older than
+   * RESERVATION_HOLD_MS does not count: a hand-off round stuck on a lock (a migration's, one taken
+   * by hand on the events table) held the worker's room for as long, and no claim took a queued
+   * job meanwhile. Jobs such a round hands over in the end wait in the buffer for a slot.
+   */
+  private reservedNow(target?: string): number {
+    if (this.reservations.size === 0) return 0;
+    const since = performance.now() - RESERVATION_HOLD_MS;
+    let n = 0;
+    for (const r of this.reservations.values()) {
+      if (r.at < since) continue;
+      if (target === undefined) n += r.total;
+      else for (const t of r.targets) if (t.target === target) n += t.limit;
+    }
+    return n;
   }
 
   /**
@@ -370,17 +408,11 @@ export class Worker {
    * leasedAt: when their lease began (performance.now()); the buffer counts their age from there.
    */
   acceptHandOff(reservation: FanOutHandOff, jobs: ClaimedJob[], leasedAt = performance.now()): void {
-    let inlineLimit = 0;
-    for (const t of reservation.targets) {
-      if (t.inline) {
-        inlineLimit += t.limit;
-        continue;
-      }
-      const left = (this.reserved.get(t.target) ?? 0) - t.limit;
-      if (left > 0) this.reserved.set(t.target, left);
-      else this.reserved.delete(t.target);
+    const held = this.reservations.get(reservation);
+    if (held) {
+      clearTimeout(held.timer);
+      this.reservations.delete(reservation);
     }
-    this.reservedTotal -= reservation.limit - inlineLimit;
     this.handOver(jobs, leasedAt);
   }
 
@@ -550,7 +582,7 @@ export class Worker {
   }
 
   private held(kind: JobKind, target?: string): number {
-    const reserved = kind !== 'handler' ? 0 : target === undefined ? this.reservedTotal : this.reserved.get(target) ?? 0;
+    const reserved = kind !== 'handler' ? 0 : this.reservedNow(target);
     return this.running.of(kind, target) + this.buffered.of(kind, target) + reserved;
   }
 
