@@ -118,29 +118,28 @@ describeTargets('start and stop on $name', (target) => {
     expect(firstRoundEnded).toBeLessThan(calls.indexOf('jobClaim sent'));
   });
 
-  // On a server: PGlite's one connection is the stuck round's.
-  it.skipIf(!target.available || target.name !== 'postgres')('a relay round stuck at start holds the first claim back FIRST_CLAIM_WAIT_MS at most: a queued job still runs', async () => {
+  /** A schema with one job in the queue, fanned by a bus that only relays. */
+  async function schemaWithQueuedJob(): Promise<string> {
     const schema = freshSchema();
-    // One job in the queue, fanned by a bus that only relays.
     const fanner = await testBus(target, events, { schema, worker: { enabled: false } });
     fanner.on('order.paid', 'warehouse', async () => {});
     await fanner.start();
     await fanner.transaction((tx) => fanner.record(tx, 'order.paid', { orderNo: 'A1' }));
     await vi.waitFor(async () => expect((await target.query(`select count(*)::int as n from "${schema}".jobs`))[0].n).toBe(1));
     await fanner.stop();
+    return schema;
+  }
 
-    // Inline delivery: a round waiting for its statement holds none of the worker's room (a
-    // hand-off round does, as it would at any time).
-    const bus = await testBus(target, events, { schema, relay: { inlineMs: 50 } });
+  /** Starts `bus` with the executor's `stuck` statements waiting (a lock held elsewhere) until the test ends; resolves with how long until its handler ran. */
+  async function msUntilHandled(bus: Awaited<ReturnType<typeof testBus<typeof events.schemas>>>, stuck: string[]): Promise<number> {
     let ran!: () => void;
     const done = new Promise<void>((resolve) => (ran = resolve));
     bus.on('order.paid', 'warehouse', async () => ran());
-    // Every relay round waits (a lock held elsewhere, say) until the test ends.
     let open!: () => void;
     const gate = new Promise<void>((resolve) => (open = resolve));
     onTestFinished(() => open());
     const executor = bus.driver.executor as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
-    for (const name of ['eventFanOut', 'eventClaimable']) {
+    for (const name of stuck) {
       const original = executor[name]!.bind(executor);
       executor[name] = async (...a: unknown[]) => {
         await gate;
@@ -150,38 +149,23 @@ describeTargets('start and stop on $name', (target) => {
     const t0 = performance.now();
     await bus.start();
     await done;
+    return performance.now() - t0;
+  }
+
+  // On a server: PGlite's one connection is the stuck round's.
+  it.skipIf(!target.available || target.name !== 'postgres')('a relay round stuck at start holds the first claim back FIRST_CLAIM_WAIT_MS at most: a queued job still runs', async () => {
+    // Inline delivery: a round waiting for its statement holds none of the worker's room (a
+    // hand-off round does, for RESERVATION_HOLD_MS at most: the next test).
+    const bus = await testBus(target, events, { schema: await schemaWithQueuedJob(), relay: { inlineMs: 50 } });
     // Not before the cap (the round never ended), and not held for good.
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(FIRST_CLAIM_WAIT_MS - 20);
+    expect(await msUntilHandled(bus, ['eventFanOut', 'eventClaimable'])).toBeGreaterThanOrEqual(FIRST_CLAIM_WAIT_MS - 20);
   });
 
   it.skipIf(!target.available || target.name !== 'postgres')('a hand-off round stuck on a lock gives the room it reserved back after RESERVATION_HOLD_MS: a queued job still runs', async () => {
-    const schema = freshSchema();
-    const fanner = await testBus(target, events, { schema, worker: { enabled: false } });
-    fanner.on('order.paid', 'warehouse', async () => {});
-    await fanner.start();
-    await fanner.transaction((tx) => fanner.record(tx, 'order.paid', { orderNo: 'A1' }));
-    await vi.waitFor(async () => expect((await target.query(`select count(*)::int as n from "${schema}".jobs`))[0].n).toBe(1));
-    await fanner.stop();
-
     // rea's defaults: no inline delivery, so each relay round reserves the worker's room for the
-    // jobs it would hand off, then waits here (a lock held elsewhere) until the test ends.
-    const bus = await testBus(target, events, { schema });
-    let ran!: () => void;
-    const done = new Promise<void>((resolve) => (ran = resolve));
-    bus.on('order.paid', 'warehouse', async () => ran());
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    onTestFinished(() => open());
-    const executor = bus.driver.executor as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
-    const fanOut = executor.eventFanOut!.bind(executor);
-    executor.eventFanOut = async (...a: unknown[]) => {
-      await gate;
-      return fanOut(...a);
-    };
-    const t0 = performance.now();
-    await bus.start();
-    await done;
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(RESERVATION_HOLD_MS - 20);
+    // jobs it would hand off before its statement, which waits.
+    const bus = await testBus(target, events, { schema: await schemaWithQueuedJob() });
+    expect(await msUntilHandled(bus, ['eventFanOut'])).toBeGreaterThanOrEqual(RESERVATION_HOLD_MS - 20);
   });
 
   it.skipIf(!target.available || target.name !== 'postgres')('a start whose schema check fails closes the LISTEN connection it opened beside the check', async () => {
