@@ -12,6 +12,7 @@ import { PollLoop } from '../core/poll.js';
 import { jobLogLine, JobTraceScope, runInTrace } from '../core/trace.js';
 import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJobRow, JobFailure, JobKind, NewJobErrorEntry } from '../driver/types.js';
 import { JobAbort } from './abort.js';
+import { Deadlines, type Deadline } from './deadlines.js';
 import { JobCounts } from './counts.js';
 import type { JobChannel } from './channel.js';
 import { InlineRound, timingNow, type FailureTiming, type InlineOutcome } from './inline.js';
@@ -85,6 +86,8 @@ interface FailureItem {
 export class Worker {
   private readonly loop: PollLoop;
   private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort; settled: Promise<void> }>();
+  /** The running jobs' timeouts. */
+  private readonly deadlines = new Deadlines();
   // Jobs running, and claimed but waiting in the buffer, per kind and per kind + target.
   private readonly running = new JobCounts();
   private readonly buffered = new JobCounts();
@@ -699,10 +702,10 @@ export class Worker {
       ...(job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target }),
       attempt: job.attempt, job_id: job.id,
     }), jobLogLine(scope));
-    let timer: NodeJS.Timeout | undefined;
+    let deadline: Deadline | undefined;
     try {
       const timeoutMs = channel.timeoutMs(job);
-      timer = setTimeout(() => abort.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), timeoutMs);
+      deadline = this.deadlines.add(timeoutMs, () => abort.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), started);
       if (!job.eventFound) throw new MissingEventError(job.event.id);
       const outcome = await runInTrace(scope, () => channel.run(job, abort, log));
       const durationMs = performance.now() - started;
@@ -718,7 +721,7 @@ export class Worker {
       const err = abort.aborted ? abort.reason : thrown;
       this.fail(job, channel, err, log, performance.now() - started);
     } finally {
-      clearTimeout(timer);
+      if (deadline) this.deadlines.cancel(deadline);
     }
   }
 
