@@ -43,18 +43,25 @@ function pkgVersion(name: string): string {
   }
 }
 
-export async function environment(): Promise<Record<string, string>> {
+/**
+ * The commit rea's source is at, and whether src/ differs from it: taken when the run starts,
+ * before rea is compiled, since that build is what every figure measures (an edit made while a run
+ * goes on is not in it).
+ */
+export function sourceRevision(): string {
+  try {
+    const commit = execSync('git rev-parse --short HEAD', { cwd: new URL('..', import.meta.url) }).toString().trim();
+    const dirty = execSync('git status --porcelain -- src', { cwd: new URL('..', import.meta.url) }).toString().trim();
+    return dirty ? `${commit} (src/ has uncommitted changes)` : commit;
+  } catch {
+    return 'unknown'; // not a git checkout
+  }
+}
+
+export async function environment(commit: string): Promise<Record<string, string>> {
   const pool = adminPool();
   const show = async (k: string) => (await pool.query(`show ${k}`)).rows[0][k];
   const rea = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
-  let commit = 'unknown';
-  try {
-    commit = execSync('git rev-parse --short HEAD', { cwd: new URL('..', import.meta.url) }).toString().trim();
-    const dirty = execSync('git status --porcelain -- src', { cwd: new URL('..', import.meta.url) }).toString().trim();
-    if (dirty) commit += ' (src/ has uncommitted changes)';
-  } catch {
-    /* not a git checkout */
-  }
   const cpus = os.cpus();
   return {
     'rea': `${rea} @ ${commit}`,

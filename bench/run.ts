@@ -14,7 +14,7 @@ import { reaBatchSize, reaInlineMs, reaTxOverhead } from './rea.js';
 import { closeAdmin, dropSchema, ensureDatabase, median } from './lib/env.js';
 import { PROTOTYPE_NAMES, type System } from './lib/system.js';
 import { physicalRates } from './physical.js';
-import { environment, jsonLine, markdown, seriesMedian, type Series, type Target } from './report.js';
+import { environment, sourceRevision, jsonLine, markdown, seriesMedian, type Series, type Target } from './report.js';
 import { loadSystems } from './systems.js';
 
 const isPrototype = (name: string) => (PROTOTYPE_NAMES as readonly string[]).includes(name);
@@ -55,6 +55,8 @@ if (flag('batch-size')) {
 }
 // Figure 1 only: three minimal workers beside the systems (experiments/lean-rounds.ts), to see
 // what the shape of a round costs. They are not rea, and no target reads them.
+// Before loadSystems compiles rea: the build it makes is what the run measures.
+const SOURCE = sourceRevision();
 const SYSTEMS = await loadSystems({ prototypes: !!flag('prototypes') });
 const quick = !!flag('quick');
 const explain = !!flag('explain'); // print EXPLAIN (ANALYZE, BUFFERS, WAL) of rea's per-job statements (figures 1 and 6)
@@ -226,7 +228,7 @@ async function main() {
   const series = collect();
   for (const s of series) console.log(jsonLine(s));
 
-  const env = await environment();
+  const env = await environment(SOURCE);
   const targets = targetsOf(series);
   const partial = only !== null;
   const out = value('out') ?? fileURLToPath(new URL(quick || partial ? './RESULTS.quick.md' : './RESULTS.md', import.meta.url));
