@@ -315,11 +315,24 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
     return result;
   }
   const perTarget = (row.inline_targets ?? {}) as Record<string, [number, number, number]>;
-  const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]): InlineJob => {
+  const inlineJob = (id: string, target: string, coalesced: number, e: { event: ClaimedJob['event']; span: EventSpan | null }): InlineJob => {
     const [maxAttempts, leaseMs, priority] = perTarget[target]!;
-    const e = events.get(eventId)!;
     return { id, kind: 'handler', target, attempt: 1, maxAttempts, coalesced, event: e.event, eventSpan: e.span, eventFound: true, leaseMs, priority };
-  });
+  };
+  if (row.inline_ids !== undefined) {
+    // The lean statement: the job ids alone, one per (event, handler), and each event type's
+    // handlers (see fanOutInlineLean). Events run in the order they are handed: by id.
+    const ids = row.inline_ids ? (row.inline_ids as string).split(',') : [];
+    const names = (row.inline_names ?? {}) as Record<string, string[]>;
+    const inlineJobs: InlineJob[] = [];
+    let k = 0;
+    for (const e of events.values()) {
+      for (const target of names[e.event.type]!) inlineJobs.push(inlineJob(ids[k++]!, target, 1, e));
+    }
+    if (k !== ids.length) throw new Error(`lean inline round: ${ids.length} job ids for ${k} deliveries`);
+    return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
+  }
+  const inlineJobs = (row.inline_jobs as [string, string, string, number][]).map(([id, eventId, target, coalesced]) => inlineJob(id, target, coalesced, events.get(eventId)!));
   return { eventIds, jobs: row.jobs as number, handedOff, inline: inlineJobs };
 }
 

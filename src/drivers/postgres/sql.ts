@@ -426,22 +426,23 @@ with claimed as materialized (
   from claimed c left join names n on n.type = c.type
   where e.ctid = c.ctid and (select lean from verdict)
   returning e.id, e.type
-), inline_jobs as (
-  select nextval((select pg_get_serial_sequence('${s}.jobs', 'id'))::regclass) as id, f.id as event_id, r.name as target
-  from fanned f join routes r on r.type = f.type
 )
--- The same columns as eventFanOutInline's, and lean.
+-- eventFanOutInline's columns, and lean, but the inline jobs as inline_ids and inline_names.
 select (select lean from verdict) as lean,
        (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
-       (select coalesce(json_agg(json_build_array(j.id::text, j.event_id, j.target, 1) order by j.id), '[]'::json)
-        from inline_jobs j) as inline_jobs,
+       -- A job id for each (event, handler) of the round, and each event type's handlers: the
+       -- executor gives the ids out in turn to the handed events' deliveries (any order will do:
+       -- an id only has to be its job's alone). Not a JSON array per job: 200 of them a round.
+       (select string_agg(nextval((select pg_get_serial_sequence('${s}.jobs', 'id'))::regclass)::text, ',')
+        from fanned f join routes r on r.type = f.type) as inline_ids,
+       (select json_object_agg(type, names) from names where (select lean from verdict)) as inline_names,
        (select json_object_agg(r.name, json_build_array(r.max_attempts, r.lease_ms, r.priority))
         from (select distinct name, max_attempts, lease_ms, priority from routes) r
         where (select lean from verdict)) as inline_targets,
        (select set_config('idle_in_transaction_session_timeout', $8::text, true)) as idle_limit,
        0 as jobs,
        '[]'::json as handed_off,
-       (select coalesce(json_agg(${handedEvent}), '[]'::json)
+       (select coalesce(json_agg(${handedEvent} order by c.id), '[]'::json)
         from claimed c
         where (select lean from verdict) and c.type in (select type from names)) as handed_events`;
 
