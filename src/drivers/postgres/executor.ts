@@ -308,7 +308,14 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
       coalesced: r.coalesced, event: e.event, eventSpan: e.span, eventFound: true,
     };
   });
-  const eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
+  let eventIds: string[];
+  if (row.event_ids !== undefined) eventIds = row.event_ids ? (row.event_ids as string).split(',') : [];
+  else {
+    // The lean statement: every event it fanned out is handed, or unrouted (no handler takes it).
+    eventIds = [...events.keys()];
+    if (row.unrouted_ids) eventIds.push(...(row.unrouted_ids as string).split(','));
+    if (row.unrouted_ids && eventIds.length > 0) eventIds.sort();
+  }
   if (!inline) {
     const result: FanOutResult = { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
     if (typeof row.lease_age_ms === 'number') result.leaseAgeMs = row.lease_age_ms;

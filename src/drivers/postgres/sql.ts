@@ -427,9 +427,12 @@ with claimed as materialized (
   where e.ctid = c.ctid and (select lean from verdict)
   returning e.id, e.type
 )
--- eventFanOutInline's columns, and lean, but the inline jobs as inline_ids and inline_names.
+-- eventFanOutInline's columns and lean, but the inline jobs as inline_ids and inline_names, and
+-- the events fanned out as handed_events and unrouted_ids (not event_ids: 200 ids again).
 select (select lean from verdict) as lean,
-       (select string_agg(id::text, ',' order by id) from fanned) as event_ids,
+       -- The events no handler takes (fanned, delivered to none): the others are handed_events.
+       (select string_agg(c.id::text, ',' order by c.id) from claimed c
+        where (select lean from verdict) and c.type not in (select type from names)) as unrouted_ids,
        -- A job id for each (event, handler) of the round, and each event type's handlers: the
        -- executor gives the ids out in turn to the handed events' deliveries (any order will do:
        -- an id only has to be its job's alone). Not a JSON array per job: 200 of them a round.
