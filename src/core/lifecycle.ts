@@ -82,6 +82,11 @@ export class Lifecycle {
     return () => this.emitter.off(name, guarded);
   }
 
+  /** Whether anything listens to `name`: a signal's payload need not be built otherwise. */
+  listened(name: LifecycleName): boolean {
+    return this.emitter.listenerCount(name) > 0;
+  }
+
   emit<K extends LifecycleName>(name: K, e: LifecycleEvents[K]): void {
     if (this.emitter.listenerCount(name) > 0) this.emitter.emit(name, e);
   }

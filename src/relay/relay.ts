@@ -44,6 +44,7 @@ export interface InlineTarget extends HandOffTarget {
   handOver(jobs: ClaimedJob[], leasedAt: number): void;
   /** leasedAt: when the round began (performance.now()); a job still running at its end is leased from then. */
   startInline(jobs: InlineJob[], leasedAt: number): InlineRound;
+  /** The rows the round's unfinished jobs get, and for each of their events the handlers it was delivered to. */
   closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> };
   /** retryAt: when the round's retryable rows are due, as eventInlineFinish stored them. */
   endInline(round: InlineRound, committed: boolean, retryAt?: ReadonlyMap<string, Date>): void;

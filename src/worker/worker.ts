@@ -458,15 +458,11 @@ export class Worker {
   closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> } {
     round.state = 'closing';
     const rows: InlineJobRow[] = [];
-    const delivered = new Map<string, string[]>();
     const unstarted = new Set<string>();
     for (const job of round.jobs.values()) {
       const outcome = round.outcomes.get(job.id);
-      if (outcome?.kind === 'succeeded') {
-        const names = delivered.get(job.event.id);
-        if (names) names.push(job.target);
-        else delivered.set(job.event.id, [job.target]);
-      } else if (outcome?.kind === 'failed') {
+      if (outcome?.kind === 'succeeded') continue;
+      if (outcome?.kind === 'failed') {
         const { failure, timing } = outcome;
         rows.push({
           job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt,
@@ -487,6 +483,15 @@ export class Worker {
         this.inlineOf.delete(job.id);
         return false;
       });
+    }
+    // The handlers that did receive the events of those rows (the round corrects only these
+    // events; when every job succeeded, as most rounds go, there are none).
+    const delivered = new Map<string, string[]>();
+    if (rows.length > 0) {
+      for (const row of rows) delivered.set(row.job.event.id, []);
+      for (const job of round.jobs.values()) {
+        if (round.outcomes.get(job.id)?.kind === 'succeeded') delivered.get(job.event.id)?.push(job.target);
+      }
     }
     return { rows, delivered };
   }
@@ -867,6 +872,8 @@ export class Worker {
   }
 
   private emitCompleted(d: Done): void {
+    // Most processes have no listener (the metrics and the demo do): no payload to build then.
+    if (!this.deps.lifecycle.listened('job:completed')) return;
     this.deps.lifecycle.emit('job:completed', {
       jobId: d.job.id, handler: d.job.target, eventId: d.job.event.id, attempt: d.job.attempt, durationMs: d.durationMs, kind: d.job.kind,
     });
