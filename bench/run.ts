@@ -93,7 +93,7 @@ function put(figure: string, system: string, v: number) {
   m.get(system)!.push(v);
 }
 
-const short: Record<string, string> = { 'rea': 'rea', 'graphile-worker': 'gw', 'pg-boss': 'pgb', 'postgres': 'pg', 'proto-rowclaim-tx': 'ptx', 'proto-rowclaim': 'prow', 'proto-cursor': 'pcur' };
+const short: Record<string, string> = { 'rea': 'rea', 'graphile-worker': 'gw', 'pg-boss': 'pgb', 'postgres': 'pg', 'proto-rowclaim-tx': 'ptx', 'proto-rowclaim': 'prow', 'proto-cursor': 'pcur', 'proto-lanes': 'plan' };
 
 async function cell(figure: Figure, system: string, rep: number, fn: (schema: string) => Promise<void>) {
   const schema = `bench_${short[system]}_${figure}_r${rep}`;

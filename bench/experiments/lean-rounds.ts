@@ -15,6 +15,11 @@
 //   a cursor kept as pairs of snapshots (the design in docs/fan-out-cursor.md), moves the cursor,
 //   writes a lease row for the range, and drops the previous round's lease. Handlers run after it.
 //   A crash leaves the lease, which a rescuer (not written) would read again.
+// - proto-lanes: the cursor without leases (docs/fan-out-cursor.md, "Many relays without leases:
+//   lanes"): each event falls in one of LANES lanes, each lane has its own cursor row, and a round
+//   takes a free lane's row (skip locked), reads its next events, moves its cursor, runs the
+//   handlers and commits, all in one transaction as proto-rowclaim-tx: a crash before COMMIT
+//   leaves the cursor where it was, and the events are read again at once.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { adminPool, DATABASE_URL } from '../lib/env.js';
@@ -26,7 +31,9 @@ const ROUNDS_AT_ONCE = 2;
 /** Wait after a round that found nothing. */
 const IDLE_MS = 5;
 
-type Variant = 'rowclaim-tx' | 'rowclaim' | 'cursor';
+type Variant = 'rowclaim-tx' | 'rowclaim' | 'cursor' | 'lanes';
+/** proto-lanes: how many lanes the events are spread over. */
+const LANES = 8;
 const q = (schema: string) => `"${schema}"`;
 
 function uuidv7(): string {
@@ -48,7 +55,7 @@ create table ${s}.events (
   // The rows a round hands to its handlers, as rea's lean statement builds them (one JSON value).
   const rows = (from: string, order: string) => `json_agg(json_build_array(r.id, r.type, r.subject, r.payload, r.trace_id,
     r.created_by, r.version, (extract(epoch from r.created_at) * 1000)::float8) order by ${order}) from ${from} r`;
-  if (variant !== 'cursor') {
+  if (variant === 'rowclaim-tx' || variant === 'rowclaim') {
     return `${events}
 create index events_unfanned_idx on ${s}.events (id) where fanned_out_at is null;
 create function ${s}.round(p_limit int) returns json language sql as $$
@@ -61,6 +68,56 @@ create function ${s}.round(p_limit int) returns json language sql as $$
   select json_build_object('n', (select count(*) from fanned), 'lease', null,
     'events', coalesce((select ${rows('claimed', 'r.id')}), '[]'::json))
 $$;`;
+  }
+  if (variant === 'lanes') {
+    return `${events}
+alter table ${s}.events add column lane smallint not null default floor(random() * ${LANES});
+create index events_lane_idx on ${s}.events (lane, tx, id);
+create table ${s}.cursor (lane smallint primary key, prev pg_snapshot not null, batch pg_snapshot, a_xids xid8[], pos_tx xid8, pos_id uuid);
+insert into ${s}.cursor select l, pg_current_snapshot(), null, null, null, null from generate_series(0, ${LANES - 1}) l;
+-- The first free lane from p_start on with events past its cursor: its next events (the pairs of
+-- snapshots of proto-cursor, within the lane), its cursor moved, in the caller's transaction.
+create function ${s}.round(p_start int, p_limit int) returns json language plpgsql as $$
+declare
+  c ${s}.cursor;
+  k int; l smallint;
+  low_tx xid8; low_id uuid;
+  n int; res json; last_tx xid8; last_id uuid;
+begin
+  for k in 0..${LANES - 1} loop
+    l := (p_start + k) % ${LANES};
+    select * into c from ${s}.cursor where lane = l for update skip locked;
+    continue when not found;
+    if c.batch is null then
+      c.batch := pg_current_snapshot();
+      c.a_xids := array(select x from pg_snapshot_xip(c.prev) x where pg_visible_in_snapshot(x, c.batch));
+    end if;
+    if c.pos_tx is null or c.pos_tx < pg_snapshot_xmax(c.prev) then
+      low_tx := pg_snapshot_xmax(c.prev); low_id := '00000000-0000-0000-0000-000000000000';
+    else
+      low_tx := c.pos_tx; low_id := c.pos_id;
+    end if;
+    with batch as (
+      (select * from ${s}.events e where e.lane = l and e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
+       order by e.tx, e.id limit p_limit)
+      union all
+      (select * from ${s}.events e where e.lane = l and (e.tx, e.id) > (low_tx, low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
+       order by e.tx, e.id limit p_limit)
+      order by tx, id limit p_limit
+    ), last as (select tx, id from batch order by tx desc, id desc limit 1)
+    select (select count(*) from batch), (select ${rows('batch', 'r.tx, r.id')}), (select tx from last), (select id from last)
+      into n, res, last_tx, last_id;
+    if n < p_limit then
+      update ${s}.cursor set prev = c.batch, batch = null, a_xids = null, pos_tx = null, pos_id = null where lane = l;
+    else
+      update ${s}.cursor set batch = c.batch, a_xids = c.a_xids, pos_tx = last_tx, pos_id = last_id where lane = l;
+    end if;
+    if n > 0 then
+      return json_build_object('n', n, 'lease', null, 'events', res);
+    end if;
+  end loop;
+  return json_build_object('n', 0, 'lease', null, 'events', '[]'::json);
+end $$;`;
   }
   return `${events}
 create index events_tx_idx on ${s}.events (tx, id);
@@ -142,7 +199,7 @@ function prototype(variant: Variant): System {
     async startWorker(schema, concurrency, onJob): Promise<RunningWorker> {
       const pool = new pg.Pool({ connectionString: DATABASE_URL, max: ROUNDS_AT_ONCE + 1 });
       const worker = randomUUID();
-      const text = variant === 'cursor' ? `select ${q(schema)}.round($1, $2, $3) as r` : `select ${q(schema)}.round($1) as r`;
+      const text = variant === 'cursor' ? `select ${q(schema)}.round($1, $2, $3) as r` : variant === 'lanes' ? `select ${q(schema)}.round($1, $2) as r` : `select ${q(schema)}.round($1) as r`;
       const handler = async (event: { payload: { seq: number } }) => {
         onJob(event.payload.seq);
       };
@@ -163,15 +220,17 @@ function prototype(variant: Variant): System {
         await Promise.all(Array.from({ length: Math.min(concurrency, events.length) }, lane));
       };
       let stopped = false;
+      let rounds = 0;
       const loop = async () => {
         let done: string | null = null;
         while (!stopped) {
           let round: Round;
-          if (variant === 'rowclaim-tx') {
+          if (variant === 'rowclaim-tx' || variant === 'lanes') {
             const c = await pool.connect();
             try {
               await c.query('BEGIN');
-              round = (await c.query({ name: 'round', text, values: [ROUND] })).rows[0].r;
+              const values = variant === 'lanes' ? [rounds++ % LANES, ROUND] : [ROUND];
+              round = (await c.query({ name: 'round', text, values })).rows[0].r;
               await runAll(round.events);
               await c.query('COMMIT');
             } finally {
@@ -200,7 +259,12 @@ function prototype(variant: Variant): System {
       const sql = variant === 'cursor'
         ? `select (select count(*) from ${q(schema)}.leases)
              + (select count(*) from ${q(schema)}.events e, ${q(schema)}.cursor c where not pg_visible_in_snapshot(e.tx, c.prev)) as n`
-        : `select count(*) as n from ${q(schema)}.events where fanned_out_at is null`;
+        : variant === 'lanes'
+          // Read by a lane's cursor: behind its prev, or in its batch up to its position.
+          ? `select count(*) as n from ${q(schema)}.events e join ${q(schema)}.cursor c on c.lane = e.lane
+             where not pg_visible_in_snapshot(e.tx, c.prev)
+               and not (c.batch is not null and pg_visible_in_snapshot(e.tx, c.batch) and (e.tx, e.id) <= (c.pos_tx, c.pos_id))`
+          : `select count(*) as n from ${q(schema)}.events where fanned_out_at is null`;
       return Number((await adminPool().query(sql)).rows[0].n);
     },
     async completed() {
@@ -212,4 +276,4 @@ function prototype(variant: Variant): System {
   };
 }
 
-export const prototypes: System[] = [prototype('rowclaim-tx'), prototype('rowclaim'), prototype('cursor')];
+export const prototypes: System[] = [prototype('rowclaim-tx'), prototype('rowclaim'), prototype('cursor'), prototype('lanes')];

@@ -5,7 +5,7 @@ import type pg from 'pg';
 export type SystemName = 'rea' | 'graphile-worker' | 'pg-boss' | PrototypeName;
 
 /** Figure 1's prototypes (experiments/lean-rounds.ts): minimal workers, not rea; run with --prototypes. */
-export const PROTOTYPE_NAMES = ['proto-rowclaim-tx', 'proto-rowclaim', 'proto-cursor'] as const;
+export const PROTOTYPE_NAMES = ['proto-rowclaim-tx', 'proto-rowclaim', 'proto-cursor', 'proto-lanes'] as const;
 export type PrototypeName = (typeof PROTOTYPE_NAMES)[number];
 
 /** A running worker: the handler calls onJob(seq) when it starts a job; stop() shuts it down. */
