@@ -276,4 +276,8 @@ function prototype(variant: Variant): System {
   };
 }
 
+/** proto-lanes' table, cursors and round function in schema `s` (quoted), for lanes-check.ts. */
+export const lanesDdl = (s: string): string => ddl(s, 'lanes');
+export { uuidv7 };
+
 export const prototypes: System[] = [prototype('rowclaim-tx'), prototype('rowclaim'), prototype('cursor'), prototype('lanes')];
