@@ -95,21 +95,30 @@ export class Deadlines {
   private expire(lane: Lane): void {
     lane.timer = undefined;
     const now = performance.now();
+    const due: (() => void)[] = [];
     while (lane.head < lane.entries.length) {
       const entry = lane.entries[lane.head]!;
       if (entry.fire !== null) {
         if (entry.at > now) break;
-        const fire = entry.fire;
+        due.push(entry.fire);
         entry.fire = null;
         lane.live--;
-        lane.head++;
+      }
+      lane.head++;
+    }
+    // The lane is in order before any deadline fires: one that adds or cancels another finds it so.
+    if (lane.live === 0) this.empty(lane);
+    else this.arm(lane, lane.entries[lane.head]!.at - now);
+    for (const fire of due) {
+      try {
         fire();
-      } else {
-        lane.head++;
+      } catch (err) {
+        // As a throw from a timer of its own would: uncaught, once the others have fired too.
+        setImmediate(() => {
+          throw err;
+        });
       }
     }
-    if (lane.live === 0) this.empty(lane);
-    else if (!lane.timer) this.arm(lane, lane.entries[lane.head]!.at - now);
   }
 
   private empty(lane: Lane): void {
