@@ -121,7 +121,8 @@ export async function profileStatements(schema: string, n: number, explain = fal
       const r = await c.query(lean);
       await c.query('commit');
       if (r.rows[0].lean !== true) throw new Error('profile: the lean inline round did not apply');
-      return r.rows[0].event_ids ? (r.rows[0].event_ids as string).split(',').length : 0;
+      // Its events: those handed to the handler, and those no handler takes (none here).
+      return (r.rows[0].handed_events as unknown[]).length + (r.rows[0].unrouted_ids ? (r.rows[0].unrouted_ids as string).split(',').length : 0);
     });
     const leanInlined = await c.query(`select count(*)::int as n from "${schema}".events where delivered_inline = '{noop}'`);
     if (leanInlined.rows[0].n !== n) throw new Error(`profile: ${leanInlined.rows[0].n} of ${n} events delivered inline by the lean round`);
