@@ -44,6 +44,41 @@ function uuidv7(): string {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
+/** The rows a round hands to its handlers, as rea's lean statement builds them (one JSON value). */
+const rows = (from: string, order: string) => `json_agg(json_build_array(r.id, r.type, r.subject, r.payload, r.trace_id,
+    r.created_by, r.version, (extract(epoch from r.created_at) * 1000)::float8) order by ${order}) from ${from} r`;
+
+/**
+ * The read of proto-cursor and proto-lanes, in PL/pgSQL with `c` the cursor row: the batch's
+ * snapshot taken when none is open, then the next p_limit events of the batch past the position
+ * (`where`: a condition on `e` in front of both scans, for a lane), into n, res, last_tx, last_id.
+ * A batch is every event whose transaction the snapshot 'batch' sees as finished and 'prev' did
+ * not: those of prev's in-progress transactions that have finished (a_xids), then the range from
+ * prev's xmax to batch's. The range's lower bound is one row comparison, worked out beforehand.
+ */
+function snapshotBatch(s: string, where: string): string {
+  return `
+  if c.batch is null then
+    c.batch := pg_current_snapshot();
+    c.a_xids := array(select x from pg_snapshot_xip(c.prev) x where pg_visible_in_snapshot(x, c.batch));
+  end if;
+  if c.pos_tx is null or c.pos_tx < pg_snapshot_xmax(c.prev) then
+    low_tx := pg_snapshot_xmax(c.prev); low_id := '00000000-0000-0000-0000-000000000000';
+  else
+    low_tx := c.pos_tx; low_id := c.pos_id;
+  end if;
+  with batch as (
+    (select * from ${s}.events e where ${where}e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
+     order by e.tx, e.id limit p_limit)
+    union all
+    (select * from ${s}.events e where ${where}(e.tx, e.id) > (low_tx, low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
+     order by e.tx, e.id limit p_limit)
+    order by tx, id limit p_limit
+  ), last as (select tx, id from batch order by tx desc, id desc limit 1)
+  select (select count(*) from batch), (select ${rows('batch', 'r.tx, r.id')}), (select tx from last), (select id from last)
+    into n, res, last_tx, last_id;`;
+}
+
 /** rea's events table (the columns a no-op handler's round reads) and what each variant claims by. */
 function ddl(s: string, variant: Variant): string {
   const events = `
@@ -52,9 +87,6 @@ create table ${s}.events (
   id uuid primary key, type text not null, subject text, payload jsonb not null, trace_id text,
   created_by text, version int not null default 1, created_at timestamptz not null default now(),
   fanned_out_at timestamptz, delivered_inline text[], tx xid8 not null default pg_current_xact_id());`;
-  // The rows a round hands to its handlers, as rea's lean statement builds them (one JSON value).
-  const rows = (from: string, order: string) => `json_agg(json_build_array(r.id, r.type, r.subject, r.payload, r.trace_id,
-    r.created_by, r.version, (extract(epoch from r.created_at) * 1000)::float8) order by ${order}) from ${from} r`;
   if (variant === 'rowclaim-tx' || variant === 'rowclaim') {
     return `${events}
 create index events_unfanned_idx on ${s}.events (id) where fanned_out_at is null;
@@ -88,25 +120,7 @@ begin
     l := (p_start + k) % ${LANES};
     select * into c from ${s}.cursor where lane = l for update skip locked;
     continue when not found;
-    if c.batch is null then
-      c.batch := pg_current_snapshot();
-      c.a_xids := array(select x from pg_snapshot_xip(c.prev) x where pg_visible_in_snapshot(x, c.batch));
-    end if;
-    if c.pos_tx is null or c.pos_tx < pg_snapshot_xmax(c.prev) then
-      low_tx := pg_snapshot_xmax(c.prev); low_id := '00000000-0000-0000-0000-000000000000';
-    else
-      low_tx := c.pos_tx; low_id := c.pos_id;
-    end if;
-    with batch as (
-      (select * from ${s}.events e where e.lane = l and e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
-       order by e.tx, e.id limit p_limit)
-      union all
-      (select * from ${s}.events e where e.lane = l and (e.tx, e.id) > (low_tx, low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
-       order by e.tx, e.id limit p_limit)
-      order by tx, id limit p_limit
-    ), last as (select tx, id from batch order by tx desc, id desc limit 1)
-    select (select count(*) from batch), (select ${rows('batch', 'r.tx, r.id')}), (select tx from last), (select id from last)
-      into n, res, last_tx, last_id;
+${snapshotBatch(s, 'e.lane = l and ')}
     if n < p_limit then
       update ${s}.cursor set prev = c.batch, batch = null, a_xids = null, pos_tx = null, pos_id = null where lane = l;
     else
@@ -125,9 +139,6 @@ create table ${s}.cursor (name text primary key, prev pg_snapshot not null, batc
 insert into ${s}.cursor values ('default', pg_current_snapshot(), null, null, null, null);
 create table ${s}.leases (id bigint generated always as identity primary key, worker text not null, expires_at timestamptz not null,
   prev pg_snapshot not null, batch pg_snapshot not null, a_xids xid8[] not null, from_tx xid8, from_id uuid, to_tx xid8 not null, to_id uuid not null);
--- A batch is every event whose transaction the snapshot 'batch' sees as finished and 'prev' did
--- not: those of prev's in-progress transactions that have finished (a_xids), then the range from
--- prev's xmax to batch's. The range's lower bound is one row comparison, worked out beforehand.
 create function ${s}.round(p_done bigint, p_limit int, p_worker text) returns json language plpgsql as $$
 declare
   c ${s}.cursor;
@@ -136,25 +147,7 @@ declare
 begin
   if p_done is not null then delete from ${s}.leases where id = p_done; end if;
   select * into c from ${s}.cursor where name = 'default' for update;
-  if c.batch is null then
-    c.batch := pg_current_snapshot();
-    c.a_xids := array(select x from pg_snapshot_xip(c.prev) x where pg_visible_in_snapshot(x, c.batch));
-  end if;
-  if c.pos_tx is null or c.pos_tx < pg_snapshot_xmax(c.prev) then
-    low_tx := pg_snapshot_xmax(c.prev); low_id := '00000000-0000-0000-0000-000000000000';
-  else
-    low_tx := c.pos_tx; low_id := c.pos_id;
-  end if;
-  with batch as (
-    (select * from ${s}.events e where e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
-     order by e.tx, e.id limit p_limit)
-    union all
-    (select * from ${s}.events e where (e.tx, e.id) > (low_tx, low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
-     order by e.tx, e.id limit p_limit)
-    order by tx, id limit p_limit
-  ), last as (select tx, id from batch order by tx desc, id desc limit 1)
-  select (select count(*) from batch), (select ${rows('batch', 'r.tx, r.id')}), (select tx from last), (select id from last)
-    into n, res, last_tx, last_id;
+${snapshotBatch(s, '')}
   if n > 0 then
     insert into ${s}.leases (worker, expires_at, prev, batch, a_xids, from_tx, from_id, to_tx, to_id)
     values (p_worker, now() + interval '30 s', c.prev, c.batch, c.a_xids, c.pos_tx, c.pos_id, last_tx, last_id) returning id into lease;
