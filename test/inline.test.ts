@@ -309,8 +309,10 @@ describe('inline delivery on postgres', () => {
 
   test('a round\'s deliveries start in priority order, as a claim\'s do, whatever order the handlers were registered in', async () => {
     // The round's jobs came grouped by handler: with one slot, the low-priority handler registered
-    // first ran all of its deliveries before the first of the high-priority one.
-    const bus = await testBus(target, events, { relay: { inlineMs: 1000 }, worker: { concurrency: 1 } });
+    // first ran all of its deliveries before the first of the high-priority one. One round at a
+    // time (relay.concurrency 1): with two, a round run beside the idle probe (one that took 5 ms,
+    // on a loaded machine) could take events 2 and 3 while the other took event 1.
+    const bus = await testBus(target, events, { relay: { inlineMs: 1000, concurrency: 1 }, worker: { concurrency: 1 } });
     const order: string[] = [];
     const ran = counter(6);
     bus.on('order.created', 'low', (e) => { order.push(`low:${e.payload.n}`); ran.tick(); }, { priority: 10 });
