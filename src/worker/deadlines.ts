@@ -27,7 +27,8 @@ class Lane {
 
 /**
  * Cancelled entries kept behind a live head (a long job ahead of many short ones) are dropped
- * once they outnumber the live ones by this many: the queue stays within twice the running jobs.
+ * once the queue holds more than twice its live ones and this many: it stays within about twice
+ * the running jobs.
  */
 const COMPACT_SLACK = 64;
 
@@ -35,8 +36,10 @@ export class Deadlines {
   private readonly lanes = new Map<number, Lane>();
 
   /**
-   * Call `fire` once `ms` have passed since `from` (performance.now()), unless cancel() comes
-   * first. It runs from a timer callback, never inside add() or cancel().
+   * Call `fire` once `ms` have passed since `from` (performance.now(); now when absent), unless
+   * cancel() comes first. It runs from a timer callback, never inside add() or cancel(). Deadlines
+   * of one `ms` are expected in the order of their `from`, as jobs start: one added out of order
+   * would wait for those ahead of it.
    */
   add(ms: number, fire: () => void, from?: number): Deadline {
     let lane = this.lanes.get(ms);
