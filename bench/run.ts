@@ -53,7 +53,7 @@ if (flag('batch-size')) {
   }
   process.env.REA_BENCH_BATCH_SIZE = n;
 }
-// Figure 1 only: three minimal workers beside the systems (experiments/lean-rounds.ts), to see
+// Figure 1 only: four minimal workers beside the systems (experiments/lean-rounds.ts), to see
 // what the shape of a round costs. They are not rea, and no target reads them.
 // Before loadSystems compiles rea: the build it makes is what the run measures.
 const SOURCE = sourceRevision();

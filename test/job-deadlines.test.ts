@@ -107,4 +107,22 @@ describe('job deadlines', () => {
     await vi.advanceTimersByTimeAsync(1);
     expect(fired).toEqual(['a', 'c', 'b']);
   });
+
+  it('one deadline that throws does not keep the others due with it from firing; its error is thrown afterwards', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'performance'] });
+    const d = new Deadlines();
+    const fired: string[] = [];
+    d.add(100, () => {
+      fired.push('a');
+      throw new Error('boom');
+    });
+    d.add(100, () => fired.push('b'));
+    d.add(200, () => fired.push('c'));
+    vi.advanceTimersByTime(100);
+    expect(fired).toEqual(['a', 'b']);
+    // Re-thrown on its own, as a throw from a timer of its own would be: uncaught.
+    expect(() => vi.runOnlyPendingTimers()).toThrow('boom');
+    vi.advanceTimersByTime(100);
+    expect(fired).toEqual(['a', 'b', 'c']);
+  });
 });

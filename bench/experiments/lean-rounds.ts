@@ -1,4 +1,4 @@
-// Prototypes, not rea: three minimal workers over the same events as figure 1, to learn what the
+// Prototypes, not rea: four minimal workers over the same events as figure 1, to learn what the
 // shape of a round costs before rea's is rebuilt (docs/fan-out-cursor.md, "What a round's shape
 // costs"). `npm run bench -- --only=throughput --prototypes` runs them beside rea and the peers.
 //

@@ -88,7 +88,7 @@ export class Lifecycle {
   }
 
   emit<K extends LifecycleName>(name: K, e: LifecycleEvents[K]): void {
-    if (this.emitter.listenerCount(name) > 0) this.emitter.emit(name, e);
+    if (this.listened(name)) this.emitter.emit(name, e);
   }
 
   /** Resolve with the first signal that satisfies `match`, or reject after timeoutMs. */

@@ -75,7 +75,7 @@ export class Deadlines {
     }
   }
 
-  /** Deadlines not yet fired or cancelled (for tests and stop()). */
+  /** Deadlines not yet fired or cancelled (for tests). */
   get pending(): number {
     let n = 0;
     for (const lane of this.lanes.values()) n += lane.live;

@@ -313,8 +313,7 @@ function fanOutResult(row: Row, inline: boolean): FanOutResult {
   else {
     // The lean statement: every event it fanned out is handed, or unrouted (no handler takes it).
     eventIds = [...events.keys()];
-    if (row.unrouted_ids) eventIds.push(...(row.unrouted_ids as string).split(','));
-    if (row.unrouted_ids && eventIds.length > 0) eventIds.sort();
+    if (row.unrouted_ids) eventIds = [...eventIds, ...(row.unrouted_ids as string).split(',')].sort();
   }
   if (!inline) {
     const result: FanOutResult = { eventIds, jobs: row.jobs as number, handedOff, inline: [] };
