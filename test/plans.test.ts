@@ -185,6 +185,48 @@ describeTargets('plans on $name', (target) => {
     });
     expect(inHand.map((j) => j.target)).toEqual(['y1', 'y2']);
   });
+  test('a round\'s check for queued jobs of its handlers probes each handler in jobs_claim_idx, not every due job of other handlers', async () => {
+    // Before, the lean inline round joined its handlers with every due handler job: 50,000 jobs of
+    // another handler waiting in the queue (a slow one's backlog) were read in every round, by a
+    // sequential scan of the table (~17 ms a round) or through the index without the target.
+    const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
+    const s = `"${bus.schema}"`;
+    const sql = postgresStatements(s);
+    await target.query(`insert into ${s}.handlers (name, patterns, like_patterns, max_attempts, lease_ms)
+      values ('mailer', '{order.placed}', '{order.placed}', 5, 35000), ('slow', '{order.shipped}', '{order.shipped}', 5, 35000)`);
+    await target.query(`insert into ${s}.jobs (event_id, kind, target, max_attempts, lease_ms, scheduled_at)
+      select gen_random_uuid(), 'handler', 'slow', 5, 35000, now() - interval '1 minute' from generate_series(1, 50000)`);
+    await target.query(`insert into ${s}.events (id, type, payload) select gen_random_uuid(), 'order.placed', '{"n":1}' from generate_series(1, 200)`);
+    await target.query(`analyze ${s}.jobs`);
+    await target.query(`analyze ${s}.events`);
+
+    const handOff = [200, null, 18, 30_000, 300_000, 'w1', ['mailer'], [200], 200, [35_000]];
+    const rounds: [string, string, unknown[]][] = [
+      ['eventFanOutInlineLean', sql.eventFanOutInlineLean, [200, null, ['mailer'], [200], 200, [35_000], [true], '10000']],
+      ['eventFanOutHandOff', sql.eventFanOutHandOff, handOff],
+      ['eventFanOutInline', sql.eventFanOutInline, [...handOff, [true], '10000']],
+    ];
+    const probes = (node: any): any[] => [
+      ...(node['Relation Name'] === 'jobs' && node.Alias === 'q' ? [node] : []),
+      ...(node.Plans ?? []).flatMap(probes),
+    ];
+    for (const [name, text, params] of rounds) {
+      // The rounds write: each runs (and is rolled back) to count what its check read.
+      await target.query('begin');
+      const [row] = await target.query<{ 'QUERY PLAN': any }>(`explain (analyze, buffers, format json) ${text}`, params);
+      await target.query('rollback');
+      const plan = (typeof row!['QUERY PLAN'] === 'string' ? JSON.parse(row!['QUERY PLAN']) : row!['QUERY PLAN'])[0].Plan;
+      const found = probes(plan).map((n) => ({
+        byTarget: String(n['Index Cond'] ?? '').includes('target ='),
+        read: n['Shared Hit Blocks'] + n['Shared Read Blocks'],
+      }));
+      expect({ name, checks: found.length }).toEqual({ name, checks: 1 });
+      expect({ name, byTarget: found[0]!.byTarget, readFew: found[0]!.read < 20 }).toEqual({ name, byTarget: true, readFew: true });
+    }
+    // And the lean round still applies: no job of its handler waits.
+    const [lean] = await target.query<{ lean: boolean }>(sql.eventFanOutInlineLean, [200, null, ['mailer'], [200], 200, [35_000], [true], '10000']);
+    expect(lean!.lean).toBe(true);
+  });
   test('lists sort by the id column, never by the id::text they select (a sort of every row, and 10 before 9)', async () => {
     const bus = await testBus(target, events, { relay: { enabled: false }, worker: { enabled: false } });
     const s = `"${bus.schema}"`;

@@ -288,10 +288,15 @@ ${handOff ? /* sql */ `), offered as (
   -- job of that handler is waiting due in the queue, so a handed-off job never overtakes an older one.
   select t.target, t.lim, t.lease_ms, ${inline ? 't.inline' : 'false as inline'}
   from unnest($7::text[], $8::int[], $10::int[]${inline ? ', $11::boolean[]' : ''}) as t(target, lim, lease_ms${inline ? ', inline' : ''})
-  where not exists (
-    select 1 from ${s}.jobs q
+  -- One probe of jobs_claim_idx per target, as in the lean round's verdict (never a join that
+  -- reads every due handler job: another handler's backlog would be read in every round).
+  left join lateral (
+    select 1 as queued from ${s}.jobs q
     where q.state in ('available', 'retryable') and q.kind = 'handler' and q.target = t.target
-      and q.scheduled_at <= coalesce($2::timestamptz, now()))
+      and q.scheduled_at <= coalesce($2::timestamptz, now())
+    order by q.priority, q.scheduled_at, q.id
+    limit 1) q on true
+  where q.queued is null
 ), ranked as (
   select p.*, o.lease_ms as offered_lease_ms, coalesce(o.inline, false) as offered_inline,
          coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
@@ -414,10 +419,17 @@ with claimed as materialized (
                       from routes group by name) r
        where r.other or r.n > r.lim)
      and (select coalesce(sum(n), 0) from routes) <= $5
+     -- One probe of jobs_claim_idx per handler (LATERAL … LIMIT 1 is never made a join): as a
+     -- join, with another handler's backlog queued, the planner read every due handler job (a
+     -- sequential scan of the table past ~50,000 of them) in every round.
      and not exists (
        select 1 from (select distinct name from routes) r
-       join ${s}.jobs q on q.kind = 'handler' and q.target = r.name and q.state in ('available', 'retryable')
-         and q.scheduled_at <= coalesce($2::timestamptz, now())) as lean
+       cross join lateral (
+         select 1 from ${s}.jobs q
+         where q.kind = 'handler' and q.target = r.name and q.state in ('available', 'retryable')
+           and q.scheduled_at <= coalesce($2::timestamptz, now())
+         order by q.priority, q.scheduled_at, q.id
+         limit 1) q) as lean
 ), names as (
   select type, array_agg(name order by name) as names from routes group by type
 ), fanned as (
