@@ -33,6 +33,41 @@ export const CLAIM_WALK_ROUNDS = 8;
 const datedError = (entry: string, ageMs: string) => /* sql */ `case when ${entry} ? 'at' then ${entry}
   else ${entry} || jsonb_build_object('at', ${isoTime(`statement_timestamp() - coalesce(${ageMs}, 0) * interval '1 millisecond'`)}) end`;
 
+/** A job waiting to run (available or retryable): the predicate of jobs_claim_idx and jobs_claim_any_idx. */
+const WAITING_STATE = `state in ('available', 'retryable')`;
+
+/**
+ * The priorities the waiting jobs of `kind` and `target` have, one descent of jobs_claim_idx each
+ * (a loose scan), as a FROM item with one column, priority. Per priority, the due jobs are a range
+ * of the index that a scan leaves at the first job not yet due; read across priorities at once,
+ * `scheduled_at <= now` is only a filter, and a check that found no due job read every waiting
+ * job of the handler: 100,000 retries due in an hour (its downstream is down) cost each relay
+ * round ~700 buffers (5-10 ms). The claim does not use it (see the note on jobClaim's picked).
+ */
+function waitingPriorities(s: string, kind: string, target: string): string {
+  const of = (j: string) => `${j}.${WAITING_STATE} and ${j}.kind = ${kind} and ${j}.target = ${target}`;
+  return /* sql */ `(
+    with recursive wp(priority) as (
+      (select wj.priority from ${s}.jobs wj where ${of('wj')} order by wj.priority limit 1)
+      union all
+      select (select wj.priority from ${s}.jobs wj where ${of('wj')} and wj.priority > wp.priority order by wj.priority limit 1)
+      from wp where wp.priority is not null
+    )
+    select priority from wp where priority is not null)`;
+}
+
+/** Whether a job of (kind, target) waits due at `now`: per priority, its first job in due order (see waitingPriorities). */
+function dueJobWaits(s: string, kind: string, target: string, now: string): string {
+  return /* sql */ `exists (
+    select 1 from ${waitingPriorities(s, kind, target)} dp
+    cross join lateral (
+      select 1 from ${s}.jobs dj
+      where dj.${WAITING_STATE} and dj.kind = ${kind} and dj.target = ${target} and dj.priority = dp.priority
+        and dj.scheduled_at <= ${now}
+      order by dj.scheduled_at, dj.id
+      limit 1) dj)`;
+}
+
 /**
  * jobClaim (capped false) and jobClaimCapped (capped true): one statement, one round trip.
  *
@@ -56,7 +91,7 @@ const datedError = (entry: string, ageMs: string) => /* sql */ `case when ${entr
  */
 function claim(s: string, capped: boolean): string {
   const due = `scheduled_at <= coalesce($5::timestamptz, now())`;
-  const waitingJob = `state in ('available', 'retryable')`;
+  const waitingJob = WAITING_STATE;
   // The worker's room for a target: its cap less what it holds of it, and no more than lim.
   const room = (t: string, target: string) =>
     `least(${t}.lim, ${t}.per_target - coalesce((select held.n from unnest($10::text[], $11::int[]) as held(target, n) where held.target = ${target}), 0))`;
@@ -174,6 +209,10 @@ with ${capped ? 'recursive ' : ''}targets as (
     as t(kind, target, lim, lease_ms, per_target${capped ? ', walk_target, walk_priority' : ''})
 ${capped ? cappedCtes : ''}
 ), picked as (
+  -- Across a target's priorities at once, \`scheduled_at <= now\` is a filter on jobs_claim_idx, so
+  -- when fewer than the limit are due, its retries not yet due are read too (100,000 of them,
+  -- ~700 buffers a claim). Read per priority (waitingPriorities) it cost 0.3 ms, but the estimates
+  -- of that form made the generic plan of a claim of 200 take 60-130 ms: left as it is.
   select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target <> '*') t
   cross join lateral (
@@ -288,15 +327,9 @@ ${handOff ? /* sql */ `), offered as (
   -- job of that handler is waiting due in the queue, so a handed-off job never overtakes an older one.
   select t.target, t.lim, t.lease_ms, ${inline ? 't.inline' : 'false as inline'}
   from unnest($7::text[], $8::int[], $10::int[]${inline ? ', $11::boolean[]' : ''}) as t(target, lim, lease_ms${inline ? ', inline' : ''})
-  -- One probe of jobs_claim_idx per target, as in the lean round's verdict (never a join that
-  -- reads every due handler job: another handler's backlog would be read in every round).
-  left join lateral (
-    select 1 as queued from ${s}.jobs q
-    where q.state in ('available', 'retryable') and q.kind = 'handler' and q.target = t.target
-      and q.scheduled_at <= coalesce($2::timestamptz, now())
-    order by q.priority, q.scheduled_at, q.id
-    limit 1) q on true
-  where q.queued is null
+  -- Probes of jobs_claim_idx for this target alone (dueJobWaits): never a join that reads every
+  -- due handler job, where another handler's backlog would be read in every round.
+  where not ${dueJobWaits(s, `'handler'`, 't.target', 'coalesce($2::timestamptz, now())')}
 ), ranked as (
   select p.*, o.lease_ms as offered_lease_ms, coalesce(o.inline, false) as offered_inline,
          coalesce(row_number() over (partition by p.name order by p.event_id) <= o.lim, false) as eligible
@@ -419,17 +452,12 @@ with claimed as materialized (
                       from routes group by name) r
        where r.other or r.n > r.lim)
      and (select coalesce(sum(n), 0) from routes) <= $5
-     -- One probe of jobs_claim_idx per handler (LATERAL … LIMIT 1 is never made a join): as a
-     -- join, with another handler's backlog queued, the planner read every due handler job (a
-     -- sequential scan of the table past ~50,000 of them) in every round.
+     -- Probes of jobs_claim_idx per handler (dueJobWaits): as a join, with another handler's
+     -- backlog queued, the planner read every due handler job (a sequential scan of the table
+     -- past ~50,000 of them) in every round.
      and not exists (
        select 1 from (select distinct name from routes) r
-       cross join lateral (
-         select 1 from ${s}.jobs q
-         where q.kind = 'handler' and q.target = r.name and q.state in ('available', 'retryable')
-           and q.scheduled_at <= coalesce($2::timestamptz, now())
-         order by q.priority, q.scheduled_at, q.id
-         limit 1) q) as lean
+       where ${dueJobWaits(s, `'handler'`, 'r.name', 'coalesce($2::timestamptz, now())')}) as lean
 ), names as (
   select type, array_agg(name order by name) as names from routes group by type
 ), fanned as (
