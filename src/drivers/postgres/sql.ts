@@ -211,8 +211,11 @@ ${capped ? cappedCtes : ''}
 ), picked as (
   -- Across a target's priorities at once, \`scheduled_at <= now\` is a filter on jobs_claim_idx, so
   -- when fewer than the limit are due, its retries not yet due are read too (100,000 of them,
-  -- ~700 buffers a claim). Read per priority (waitingPriorities) it cost 0.3 ms, but the estimates
-  -- of that form made the generic plan of a claim of 200 take 60-130 ms: left as it is.
+  -- ~700 buffers, 5-10 ms a claim). Tried and not kept: per priority (waitingPriorities), 0.3 ms,
+  -- but its generic plan took 60-130 ms a claim of 200; the lowest priority's range and the rest's
+  -- as two locked scans, ~10 buffers, but PostgreSQL then planned every claim again (~1.2 ms) and
+  -- figure 1 without inline delivery lost ~5 %; a row comparison (priority, scheduled_at) <= (last,
+  -- now) as the bound, which PostgreSQL 15 ends a scan on by its first column only.
   select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target <> '*') t
   cross join lateral (
