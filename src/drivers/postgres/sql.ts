@@ -88,6 +88,17 @@ function dueJobWaits(s: string, kind: string, target: string, now: string): stri
  * time a slot frees. So its cost is bounded (about 3 buffers a head), never the size of one
  * target's backlog nor the number of targets; in this mode due order holds among the heads a walk
  * reads, and the targets take turns.
+ *
+ * Across a target's priorities at once, `scheduled_at <= now` is only a filter on jobs_claim_idx
+ * (priority comes first), so when fewer than the limit are due, the target's retries not yet due
+ * are read too: 100,000 of them (a downstream that is down) cost ~700 buffers, 5-10 ms a claim.
+ * Tried and not kept: per priority (waitingPriorities), 0.3 ms, but its generic plan took 60-130 ms
+ * a claim of 200; the lowest priority's range and the rest's as two locked scans, ~10 buffers, but
+ * PostgreSQL then planned every claim again (~1.2 ms) and figure 1 without inline delivery lost
+ * ~5 %; a row comparison (priority, scheduled_at) <= (last, now) as the bound, on which PostgreSQL
+ * 15 ends a scan by its first column only. (The statement's text stays short before its first
+ * mention of the jobs table: pg_stat_activity shows 1 kB of it by default, and tests find a claim
+ * waiting on a lock by it.)
  */
 function claim(s: string, capped: boolean): string {
   const due = `scheduled_at <= coalesce($5::timestamptz, now())`;
@@ -209,13 +220,6 @@ with ${capped ? 'recursive ' : ''}targets as (
     as t(kind, target, lim, lease_ms, per_target${capped ? ', walk_target, walk_priority' : ''})
 ${capped ? cappedCtes : ''}
 ), picked as (
-  -- Across a target's priorities at once, \`scheduled_at <= now\` is a filter on jobs_claim_idx, so
-  -- when fewer than the limit are due, its retries not yet due are read too (100,000 of them,
-  -- ~700 buffers, 5-10 ms a claim). Tried and not kept: per priority (waitingPriorities), 0.3 ms,
-  -- but its generic plan took 60-130 ms a claim of 200; the lowest priority's range and the rest's
-  -- as two locked scans, ~10 buffers, but PostgreSQL then planned every claim again (~1.2 ms) and
-  -- figure 1 without inline delivery lost ~5 %; a row comparison (priority, scheduled_at) <= (last,
-  -- now) as the bound, which PostgreSQL 15 ends a scan on by its first column only.
   select j.id, j.priority, j.scheduled_at, t.lease_ms
   from (select * from targets where target <> '*') t
   cross join lateral (
