@@ -42,7 +42,7 @@ const WAITING_STATE = `state in ('available', 'retryable')`;
  * of the index that a scan leaves at the first job not yet due; read across priorities at once,
  * `scheduled_at <= now` is only a filter, and a check that found no due job read every waiting
  * job of the handler: 100,000 retries due in an hour (its downstream is down) cost each relay
- * round ~700 buffers (5-10 ms). The claim does not use it (see the note on jobClaim's picked).
+ * round ~700 buffers (5-10 ms). The claim does not use it (see claim()).
  */
 function waitingPriorities(s: string, kind: string, target: string): string {
   const of = (j: string) => `${j}.${WAITING_STATE} and ${j}.kind = ${kind} and ${j}.target = ${target}`;
