@@ -4,12 +4,17 @@
 // the cluster's xmin), three consumers read rounds, each in a transaction that commits or, now and
 // then, rolls back as a crashed round would. At the end every committed event must have been read
 // by exactly one committed round, no rolled-back event by any, and no event may have waited for the
-// long transactions. Run: node --import tsx bench/experiments/lanes-check.ts [seconds]
+// long transactions. Run: node --import tsx bench/experiments/lanes-check.ts [seconds] [--sql]
+// [--window=ms] [--no-guard]
+// With --sql the consumers read each round by one SQL statement (lanesRoundSql) instead of
+// proto-lanes' PL/pgSQL function: the same cursor, read the way a round of rea's would read it.
 import pg from 'pg';
 import { adminPool, closeAdmin, DATABASE_URL, dropSchema, ensureDatabase, sleep } from '../lib/env.js';
-import { lanesDdl, uuidv7 } from './lean-rounds.js';
+import { lanesDdl, lanesRoundSql, uuidv7 } from './lean-rounds.js';
 
-const SECONDS = Number(process.argv[2] ?? 12);
+const args = process.argv.slice(2);
+const SQL = args.includes('--sql');
+const SECONDS = Number(args.find((a) => !a.startsWith('--')) ?? 12);
 const PRODUCERS = 12;
 const CONSUMERS = 3;
 const ROUND = 200;
@@ -23,6 +28,7 @@ const waits: number[] = [];
 const longSeqs = new Set<number>();
 let seq = 0;
 let roundsRolledBack = 0;
+let roundsStale = 0; // --sql: rounds that locked a lane row newer than their snapshot, and read nothing
 let producing = true;
 
 async function client(url = DATABASE_URL): Promise<pg.Client> {
@@ -81,12 +87,20 @@ async function longElsewhere(ms: number): Promise<void> {
   await c.end();
 }
 
+// --window=ms: each round pauses up to that long (at random) between its snapshot and its lock of a lane, so that
+// other rounds commit in between; --no-guard: without the check of the lane row's version. Both
+// together show what the guard is for (events read twice, or lost).
+const windowArg = args.find((a) => a.startsWith('--window='));
+const roundSql = lanesRoundSql(s, { windowMs: windowArg ? Number(windowArg.split('=')[1]) : 0, guard: !args.includes('--no-guard') });
+
 async function consumer(k: number, until: () => boolean): Promise<void> {
   const c = await client();
   let start = k;
   while (!until()) {
     await c.query('BEGIN');
-    const r = (await c.query(`select ${s}.round($1, $2) as r`, [start++ % 8, ROUND])).rows[0].r as { n: number; events: unknown[][] };
+    const text = SQL ? roundSql : `select ${s}.round($1, $2) as r`;
+    const r = (await c.query({ name: SQL ? 'round_sql' : 'round', text, values: [start++ % 8, ROUND] })).rows[0].r as { n: number; stale?: boolean; events: unknown[][] };
+    if (r.stale) roundsStale++;
     if (Math.random() < 0.05) {
       await c.query('ROLLBACK'); // a round that crashed: its lane's cursor stays where it was
       roundsRolledBack++;
@@ -139,7 +153,7 @@ const readRolledBack = [...rolledBack].filter((n) => read.has(n)).length;
 waits.sort((a, b) => a - b);
 const pct = (p: number) => waits[Math.min(waits.length - 1, Math.floor(p * waits.length))] ?? NaN;
 console.log(JSON.stringify({
-  committed: committed.size, rolledBack: rolledBack.size, roundsRolledBack, lost, readTwice: twice, rolledBackRead: readRolledBack,
+  round: SQL ? 'one SQL statement' : 'PL/pgSQL', committed: committed.size, rolledBack: rolledBack.size, roundsRolledBack, roundsStale, lost, readTwice: twice, rolledBackRead: readRolledBack,
   waitMs: { p50: pct(0.5), p99: pct(0.99), max: waits[waits.length - 1] }, draining,
 }));
 await dropSchema(schema);

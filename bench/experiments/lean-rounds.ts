@@ -105,8 +105,9 @@ $$;`;
     return `${events}
 alter table ${s}.events add column lane smallint not null default floor(random() * ${LANES});
 create index events_lane_idx on ${s}.events (lane, tx, id);
-create table ${s}.cursor (lane smallint primary key, prev pg_snapshot not null, batch pg_snapshot, a_xids xid8[], pos_tx xid8, pos_id uuid);
-insert into ${s}.cursor select l, pg_current_snapshot(), null, null, null, null from generate_series(0, ${LANES - 1}) l;
+create table ${s}.cursor (lane smallint primary key, prev pg_snapshot not null, batch pg_snapshot, a_xids xid8[], pos_tx xid8, pos_id uuid,
+  updated_by xid8 not null default pg_current_xact_id());
+insert into ${s}.cursor (lane, prev) select l, pg_current_snapshot() from generate_series(0, ${LANES - 1}) l;
 -- The first free lane from p_start on with events past its cursor: its next events (the pairs of
 -- snapshots of proto-cursor, within the lane), its cursor moved, in the caller's transaction.
 create function ${s}.round(p_start int, p_limit int) returns json language plpgsql as $$
@@ -122,9 +123,9 @@ begin
     continue when not found;
 ${snapshotBatch(s, 'e.lane = l and ')}
     if n < p_limit then
-      update ${s}.cursor set prev = c.batch, batch = null, a_xids = null, pos_tx = null, pos_id = null where lane = l;
+      update ${s}.cursor set prev = c.batch, batch = null, a_xids = null, pos_tx = null, pos_id = null, updated_by = pg_current_xact_id() where lane = l;
     else
-      update ${s}.cursor set batch = c.batch, a_xids = c.a_xids, pos_tx = last_tx, pos_id = last_id where lane = l;
+      update ${s}.cursor set batch = c.batch, a_xids = c.a_xids, pos_tx = last_tx, pos_id = last_id, updated_by = pg_current_xact_id() where lane = l;
     end if;
     if n > 0 then
       return json_build_object('n', n, 'lease', null, 'events', res);
@@ -271,6 +272,67 @@ function prototype(variant: Variant): System {
 
 /** proto-lanes' table, cursors and round function in schema `s` (quoted), for lanes-check.ts. */
 export const lanesDdl = (s: string): string => ddl(s, 'lanes');
+
+/**
+ * proto-lanes' round as one SQL statement, no PL/pgSQL ($1 the lane to start from, $2 the limit;
+ * the same JSON as round()): the shape a round inside rea's own statement would take (measured in
+ * docs/fan-out-cursor.md, "The cursor inside rea's own round"), checked by lanes-check.ts --sql.
+ *
+ * One statement has one snapshot, and the batch's snapshot is that one when the lane has none
+ * open, so every row the batch counts is visible to the statement's reads. One trap: the lane's row
+ * is locked `for update skip locked`, and a row updated by a round that committed after this
+ * statement's snapshot is taken in its newest version (read committed's recheck). Its position or
+ * batch may then be newer than the snapshot the rows are read with, and rows of the batch would be
+ * passed unread. So each round writes its transaction's id into the row (`updated_by`), and a round
+ * that locked a version its own snapshot cannot see reads nothing and moves nothing (`fresh`); the
+ * lane goes to the next round.
+ */
+export function lanesRoundSql(s: string, { windowMs = 0, guard = true }: { windowMs?: number; guard?: boolean } = {}): string {
+  // For lanes-check.ts only: a pause between the statement's snapshot and its lock of the lane
+  // (windowMs), in which other rounds commit, and the guard (`fresh`) switched off, to show the trap.
+  const pause = windowMs > 0 ? `\n  where (select true from pg_sleep(random() * ${windowMs / 1000}))` : '';
+  const zero = `'00000000-0000-0000-0000-000000000000'::uuid`;
+  return `
+with lane as materialized (
+  select l.lane, l.prev, l.pos_tx, l.pos_id,
+         ${guard ? 'pg_visible_in_snapshot(l.updated_by, pg_current_snapshot())' : 'true'} as fresh,
+         coalesce(l.batch, pg_current_snapshot()) as batch,
+         coalesce(l.a_xids, array(select x from pg_snapshot_xip(l.prev) x where pg_visible_in_snapshot(x, pg_current_snapshot()))) as a_xids,
+         case when l.pos_tx is null or l.pos_tx < pg_snapshot_xmax(l.prev) then pg_snapshot_xmax(l.prev) else l.pos_tx end as low_tx,
+         case when l.pos_tx is null or l.pos_tx < pg_snapshot_xmax(l.prev) then ${zero} else l.pos_id end as low_id
+  from ${s}.cursor l${pause}
+  order by (l.lane + ${LANES} - $1::int) % ${LANES}
+  limit 1
+  for update skip locked
+), batch as materialized (
+  select b.* from lane c
+  cross join lateral (
+    (select e.id, e.type, e.subject, e.payload, e.trace_id, e.created_by, e.version, e.created_at, e.tx from ${s}.events e
+     where e.lane = c.lane and e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
+     order by e.lane, e.tx, e.id limit $2::int)
+    union all
+    (select e.id, e.type, e.subject, e.payload, e.trace_id, e.created_by, e.version, e.created_at, e.tx from ${s}.events e
+     where e.lane = c.lane and (e.tx, e.id) > (c.low_tx, c.low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
+     order by e.lane, e.tx, e.id limit $2::int)
+    order by tx, id limit $2::int) b
+  where c.fresh
+), last as (
+  select count(*) as n, (array_agg(tx order by tx desc, id desc))[1] as tx, (array_agg(id order by tx desc, id desc))[1] as id from batch
+), moved as (
+  update ${s}.cursor l
+  set prev = case when m.n < $2::int then c.batch else l.prev end,
+      batch = case when m.n < $2::int then null else c.batch end,
+      a_xids = case when m.n < $2::int then null else c.a_xids end,
+      pos_tx = case when m.n < $2::int then null else m.tx end,
+      pos_id = case when m.n < $2::int then null else m.id end,
+      updated_by = pg_current_xact_id()
+  from lane c, last m
+  where l.lane = c.lane and c.fresh
+  returning 1
+)
+select json_build_object('n', (select n from last), 'lease', null, 'stale', (select not fresh from lane),
+  'events', coalesce((select ${rows('batch', 'r.tx, r.id')}), '[]'::json)) as r`;
+}
 export { uuidv7 };
 
 export const prototypes: System[] = [prototype('rowclaim-tx'), prototype('rowclaim'), prototype('cursor'), prototype('lanes')];
