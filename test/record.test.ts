@@ -560,6 +560,10 @@ describe('registration', () => {
     expect(() => bus.on('order.created', 'three', () => {}, { maxAttempts: 0 })).toThrow(/invalid option bus.on\('three'\).options.maxAttempts/);
     expect(() => bus.on('order.created', 'four', () => {}, { timeoutMs: 5, bogus: 1 } as object)).toThrow(/unknown option\(s\) bogus/);
     expect(() => createBus({ database: { pglite: 'memory://' }, events, relay: { batchSize: -1 } })).toThrow(/invalid option createBus.relay.batchSize/);
+    // A payload limit above what PostgreSQL's jsonb can hold let record() fail with the server's error.
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, maxPayloadBytes: 300 * 1024 * 1024 }))
+      .toThrow(/^invalid option createBus.maxPayloadBytes: at most 268435455 \(255 MiB/);
+    expect(() => createBus({ database: { pglite: 'memory://' }, events, maxPayloadBytes: 268_435_455 })).not.toThrow();
     // A misspelt top-level option was dropped without a word (TypeScript checks excess properties
     // only in an object literal written in the call), and its default used.
     const built: Record<string, unknown> = { poolsize: 2, maxPayloadByte: 1024 };

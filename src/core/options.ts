@@ -333,11 +333,16 @@ export function checkDatabaseOptions(database: unknown): DatabaseKind {
   return kinds[0]!;
 }
 
+/** PostgreSQL's largest jsonb value, in bytes (JENTRY_OFFLENMASK). */
+const MAX_JSONB_BYTES = 268_435_455;
+
 const WEBHOOK_CONCURRENCY = "a whole number from 1 to 10000, or 'auto' (half of worker.concurrency, at least 1)";
 
 export const busOptionsSchema = z.object({
   schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63)').optional(),
-  maxPayloadBytes: positiveInt.optional(),
+  // PostgreSQL stores a payload as jsonb, and refuses one larger than 268,435,455 bytes
+  // (255 MiB); allowed here, a record() that big failed with the server's own error.
+  maxPayloadBytes: positiveInt.max(MAX_JSONB_BYTES, `at most ${MAX_JSONB_BYTES} (255 MiB, the largest jsonb value PostgreSQL stores)`).optional(),
   poolSize: poolSizeSchema.optional(),
   instanceId: z.string().min(1).max(200).optional(),
   relay: z.object({
