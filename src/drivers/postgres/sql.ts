@@ -36,6 +36,9 @@ const datedError = (entry: string, ageMs: string) => /* sql */ `case when ${entr
 /** A job waiting to run (available or retryable): the predicate of jobs_claim_idx and jobs_claim_any_idx. */
 const WAITING_STATE = `state in ('available', 'retryable')`;
 
+/** Row `j` is a waiting job of `kind` and `target` (SQL expressions): the prefix of jobs_claim_idx. */
+const waitingOf = (j: string, kind: string, target: string) => `${j}.${WAITING_STATE} and ${j}.kind = ${kind} and ${j}.target = ${target}`;
+
 /**
  * The priorities the waiting jobs of `kind` and `target` have, one descent of jobs_claim_idx each
  * (a loose scan), as a FROM item with one column, priority. Per priority, the due jobs are a range
@@ -45,7 +48,7 @@ const WAITING_STATE = `state in ('available', 'retryable')`;
  * round ~700 buffers (5-10 ms). The claim does not use it (see claim()).
  */
 function waitingPriorities(s: string, kind: string, target: string): string {
-  const of = (j: string) => `${j}.${WAITING_STATE} and ${j}.kind = ${kind} and ${j}.target = ${target}`;
+  const of = (j: string) => waitingOf(j, kind, target);
   return /* sql */ `(
     with recursive wp(priority) as (
       (select wj.priority from ${s}.jobs wj where ${of('wj')} order by wj.priority limit 1)
@@ -62,7 +65,7 @@ function dueJobWaits(s: string, kind: string, target: string, now: string): stri
     select 1 from ${waitingPriorities(s, kind, target)} dp
     cross join lateral (
       select 1 from ${s}.jobs dj
-      where dj.${WAITING_STATE} and dj.kind = ${kind} and dj.target = ${target} and dj.priority = dp.priority
+      where ${waitingOf('dj', kind, target)} and dj.priority = dp.priority
         and dj.scheduled_at <= ${now}
       order by dj.scheduled_at, dj.id
       limit 1) dj)`;
@@ -102,7 +105,6 @@ function dueJobWaits(s: string, kind: string, target: string, now: string): stri
  */
 function claim(s: string, capped: boolean): string {
   const due = `scheduled_at <= coalesce($5::timestamptz, now())`;
-  const waitingJob = WAITING_STATE;
   // The worker's room for a target: its cap less what it holds of it, and no more than lim.
   const room = (t: string, target: string) =>
     `least(${t}.lim, ${t}.per_target - coalesce((select held.n from unnest($10::text[], $11::int[]) as held(target, n) where held.target = ${target}), 0))`;
@@ -114,7 +116,7 @@ function claim(s: string, capped: boolean): string {
   from skipping t
   cross join lateral (
     select id, target, priority, scheduled_at from ${s}.jobs
-    where ${waitingJob} and kind in ('webhook', 'forward') and kind = t.kind and ${due}
+    where ${WAITING_STATE} and kind in ('webhook', 'forward') and kind = t.kind and ${due}
     order by priority, scheduled_at, id
     limit ${CLAIM_LOOKAHEAD}
   ) j
@@ -137,12 +139,12 @@ function claim(s: string, capped: boolean): string {
   from walk w
   left join lateral (
     (select target, priority, scheduled_at, id, false as wrapped from ${s}.jobs
-     where ${waitingJob} and kind = w.kind and (target, priority) > (w.walk_target, w.walk_priority)
+     where ${WAITING_STATE} and kind = w.kind and (target, priority) > (w.walk_target, w.walk_priority)
      order by kind, target, priority, scheduled_at, id
      limit 1)
     union all
     (select target, priority, scheduled_at, id, true from ${s}.jobs
-     where ${waitingJob} and kind = w.kind and (target, priority) <= (w.walk_target, w.walk_priority)
+     where ${WAITING_STATE} and kind = w.kind and (target, priority) <= (w.walk_target, w.walk_priority)
      order by kind, target, priority, scheduled_at, id
      limit 1)
     limit 1
@@ -153,13 +155,13 @@ function claim(s: string, capped: boolean): string {
   from waiting w
   left join lateral (
     (select target, priority, scheduled_at, id, w.wrapped as wrapped from ${s}.jobs
-     where ${waitingJob} and kind = w.kind and (target, priority) > (w.target, w.priority)
+     where ${WAITING_STATE} and kind = w.kind and (target, priority) > (w.target, w.priority)
        and (not w.wrapped or (target, priority) <= (w.walk_target, w.walk_priority))
      order by kind, target, priority, scheduled_at, id
      limit 1)
     union all
     (select target, priority, scheduled_at, id, true from ${s}.jobs
-     where ${waitingJob} and kind = w.kind and not w.wrapped and (target, priority) <= (w.walk_target, w.walk_priority)
+     where ${WAITING_STATE} and kind = w.kind and not w.wrapped and (target, priority) <= (w.walk_target, w.walk_priority)
      order by kind, target, priority, scheduled_at, id
      limit 1)
     limit 1
@@ -194,7 +196,7 @@ function claim(s: string, capped: boolean): string {
       from first_heads h
       cross join lateral (
         select id, scheduled_at from ${s}.jobs
-        where ${waitingJob} and kind = h.kind and target = h.target and priority = h.priority and ${due}
+        where ${WAITING_STATE} and kind = h.kind and target = h.target and priority = h.priority and ${due}
         order by scheduled_at, id
         limit greatest(0, h.room)
       ) j
@@ -209,7 +211,7 @@ function claim(s: string, capped: boolean): string {
   from skipping t
   cross join lateral (
     select id, priority, scheduled_at from ${s}.jobs
-    where id = any(array(select c.id from candidates c where c.kind = t.kind)) and ${waitingJob} and ${due}
+    where id = any(array(select c.id from candidates c where c.kind = t.kind)) and ${WAITING_STATE} and ${due}
     order by priority, scheduled_at, id
     limit t.lim
     for update skip locked
@@ -224,7 +226,7 @@ ${capped ? cappedCtes : ''}
   from (select * from targets where target <> '*') t
   cross join lateral (
     select id, priority, scheduled_at from ${s}.jobs
-    where ${waitingJob}
+    where ${WAITING_STATE}
       and kind = t.kind and target = t.target
       and ${due}
     order by priority, scheduled_at, id
@@ -242,7 +244,7 @@ ${capped ? cappedCtes : ''}
       select c.*, row_number() over (partition by c.target order by c.priority, c.scheduled_at, c.id) as nth
       from (
         select id, priority, scheduled_at, target from ${s}.jobs
-        where ${waitingJob} and kind in ('webhook', 'forward')
+        where ${WAITING_STATE} and kind in ('webhook', 'forward')
           and kind = t.kind
           and ${due}
           and (t.per_target is null or target <> all($9::text[]))
