@@ -91,15 +91,16 @@ async function longElsewhere(ms: number): Promise<void> {
 // other rounds commit in between; --no-guard: without the check of the lane row's version. Both
 // together show what the guard is for (events read twice, or lost).
 const windowArg = args.find((a) => a.startsWith('--window='));
-const roundSql = lanesRoundSql(s, { windowMs: windowArg ? Number(windowArg.split('=')[1]) : 0, guard: !args.includes('--no-guard') });
+const roundText = SQL
+  ? lanesRoundSql(s, { windowMs: windowArg ? Number(windowArg.split('=')[1]) : 0, guard: !args.includes('--no-guard') })
+  : `select ${s}.round($1, $2) as r`;
 
 async function consumer(k: number, until: () => boolean): Promise<void> {
   const c = await client();
   let start = k;
   while (!until()) {
     await c.query('BEGIN');
-    const text = SQL ? roundSql : `select ${s}.round($1, $2) as r`;
-    const r = (await c.query({ name: SQL ? 'round_sql' : 'round', text, values: [start++ % 8, ROUND] })).rows[0].r as { n: number; stale?: boolean; events: unknown[][] };
+    const r = (await c.query({ name: 'round', text: roundText, values: [start++ % 8, ROUND] })).rows[0].r as { n: number; stale?: boolean; events: unknown[][] };
     if (r.stale) roundsStale++;
     if (Math.random() < 0.05) {
       await c.query('ROLLBACK'); // a round that crashed: its lane's cursor stays where it was

@@ -49,6 +49,23 @@ const rows = (from: string, order: string) => `json_agg(json_build_array(r.id, r
     r.created_by, r.version, (extract(epoch from r.created_at) * 1000)::float8) order by ${order}) from ${from} r`;
 
 /**
+ * A batch's next rows past the cursor `c` (its a_xids, pos_tx, pos_id and batch), `limit` of them
+ * in (tx, id) order: those of prev's in-progress transactions that have finished since (a_xids),
+ * then the range from `low` (one row comparison, the later of prev's xmax and the position) to the
+ * batch's xmax. `where` is a condition on `e` in front of both scans (a lane), `columns` what each
+ * selects, `order` each scan's order (the index's columns). Shared by the PL/pgSQL rounds
+ * (snapshotBatch) and the one-statement round (lanesRoundSql).
+ */
+function batchScans(s: string, o: { where: string; low: [string, string]; limit: string; columns: string; order: string }): string {
+  return `(select ${o.columns} from ${s}.events e where ${o.where}e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
+     order by ${o.order} limit ${o.limit})
+    union all
+    (select ${o.columns} from ${s}.events e where ${o.where}(e.tx, e.id) > (${o.low[0]}, ${o.low[1]}) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
+     order by ${o.order} limit ${o.limit})
+    order by tx, id limit ${o.limit}`;
+}
+
+/**
  * The read of proto-cursor and proto-lanes, in PL/pgSQL with `c` the cursor row: the batch's
  * snapshot taken when none is open, then the next p_limit events of the batch past the position
  * (`where`: a condition on `e` in front of both scans, for a lane), into n, res, last_tx, last_id.
@@ -68,12 +85,7 @@ function snapshotBatch(s: string, where: string): string {
     low_tx := c.pos_tx; low_id := c.pos_id;
   end if;
   with batch as (
-    (select * from ${s}.events e where ${where}e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
-     order by e.tx, e.id limit p_limit)
-    union all
-    (select * from ${s}.events e where ${where}(e.tx, e.id) > (low_tx, low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
-     order by e.tx, e.id limit p_limit)
-    order by tx, id limit p_limit
+    ${batchScans(s, { where, low: ['low_tx', 'low_id'], limit: 'p_limit', columns: '*', order: 'e.tx, e.id' })}
   ), last as (select tx, id from batch order by tx desc, id desc limit 1)
   select (select count(*) from batch), (select ${rows('batch', 'r.tx, r.id')}), (select tx from last), (select id from last)
     into n, res, last_tx, last_id;`;
@@ -307,14 +319,10 @@ with lane as materialized (
 ), batch as materialized (
   select b.* from lane c
   cross join lateral (
-    (select e.id, e.type, e.subject, e.payload, e.trace_id, e.created_by, e.version, e.created_at, e.tx from ${s}.events e
-     where e.lane = c.lane and e.tx = any (c.a_xids) and (c.pos_tx is null or (e.tx, e.id) > (c.pos_tx, c.pos_id))
-     order by e.lane, e.tx, e.id limit $2::int)
-    union all
-    (select e.id, e.type, e.subject, e.payload, e.trace_id, e.created_by, e.version, e.created_at, e.tx from ${s}.events e
-     where e.lane = c.lane and (e.tx, e.id) > (c.low_tx, c.low_id) and e.tx < pg_snapshot_xmax(c.batch) and pg_visible_in_snapshot(e.tx, c.batch)
-     order by e.lane, e.tx, e.id limit $2::int)
-    order by tx, id limit $2::int) b
+    ${batchScans(s, {
+      where: 'e.lane = c.lane and ', low: ['c.low_tx', 'c.low_id'], limit: '$2::int',
+      columns: 'e.id, e.type, e.subject, e.payload, e.trace_id, e.created_by, e.version, e.created_at, e.tx', order: 'e.lane, e.tx, e.id',
+    })}) b
   where c.fresh
 ), last as (
   select count(*) as n, (array_agg(tx order by tx desc, id desc))[1] as tx, (array_agg(id order by tx desc, id desc))[1] as id from batch
