@@ -24,15 +24,15 @@ async function main() {
   let allHandled!: () => void;
   const handledAll = new Promise<void>((r) => (allHandled = r));
 
-  let rssPeak = process.memoryUsage().rss;
+  let rssPeak = process.memoryUsage.rss();
   const sampler = setInterval(() => {
-    rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
+    rssPeak = Math.max(rssPeak, process.memoryUsage.rss());
   }, 20);
 
   const why = await system.unavailable(); // also loads the system's modules before the baseline
   if (why) throw new Error(`${name} unavailable: ${why}`);
   // Everything the worker needs is imported by now; growth beyond this is the worker's own.
-  const rssAtStart = process.memoryUsage().rss;
+  const rssAtStart = process.memoryUsage.rss();
   const cpuAtStart = process.cpuUsage();
   const t0 = nowMs();
   // When the first handler ran, and when the tenth of the jobs had: start-up and warm-up (a new
@@ -66,7 +66,7 @@ async function main() {
   // A short grace period so a duplicate delivery right after the last completion is still counted.
   await sleep(250);
   clearInterval(sampler);
-  rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
+  rssPeak = Math.max(rssPeak, process.memoryUsage.rss());
   const completedInDb = await system.completed(schema!);
   const hwm = vmHwmBytes();
   await worker.stop();
