@@ -1,5 +1,8 @@
 // A job's abort: its timeout or the worker's stop. Most handlers never look at their signal, so
 // the AbortSignal (an EventTarget, the costliest object of a job's run) is made only when asked for.
+/** race()'s default: fulfil with the work's own value. */
+const OWN: unique symbol = Symbol('own');
+
 export class JobAbort {
   private controller: AbortController | undefined;
   private rejectRace: ((reason: unknown) => void) | undefined;
@@ -28,9 +31,12 @@ export class JobAbort {
    * ignores it: at once, or `graceMs` after the abort, for work that stops on the signal itself
    * and then still has a short write to make (a webhook's attempt log).
    */
-  race<T>(work: Promise<T>, graceMs = 0): Promise<T> {
+  race<T>(work: Promise<T>, graceMs?: number): Promise<T>;
+  /** The same, fulfilled with `value` rather than the work's own (a promise fewer than a .then after it). */
+  race<R>(work: Promise<unknown>, graceMs: number, value: R): Promise<R>;
+  race(work: Promise<unknown>, graceMs = 0, value: unknown = OWN): Promise<unknown> {
     if (this.aborted && graceMs === 0) return Promise.reject(this.reason);
-    return new Promise<T>((resolve, reject) => {
+    return new Promise<unknown>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const cut = (reason: unknown): void => {
         if (graceMs === 0) return reject(reason);
@@ -45,9 +51,9 @@ export class JobAbort {
         clearTimeout(timer);
       };
       work.then(
-        (value) => {
+        (result) => {
           settle();
-          resolve(value);
+          resolve(value === OWN ? result : value);
         },
         (err: unknown) => {
           settle();

@@ -14,7 +14,7 @@ import type { ClaimedJob, ClaimTarget, Driver, FanOutHandOff, InlineJob, InlineJ
 import { JobAbort } from './abort.js';
 import { Deadlines, type Deadline } from './deadlines.js';
 import { JobCounts } from './counts.js';
-import type { JobChannel } from './channel.js';
+import type { JobChannel, RunOutcome } from './channel.js';
 import { InlineRound, timingNow, type FailureTiming, type InlineOutcome } from './inline.js';
 
 export interface WorkerOptions {
@@ -85,7 +85,9 @@ interface FailureItem {
 
 export class Worker {
   private readonly loop: PollLoop;
-  private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort; settled: Promise<void> }>();
+  private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort }>();
+  /** stop()'s wait for the running jobs to settle (see idle()). */
+  private readonly whenIdle: (() => void)[] = [];
   /** The running jobs' timeouts. */
   private readonly deadlines = new Deadlines();
   // Jobs running, and claimed but waiting in the buffer, per kind and per kind + target.
@@ -303,7 +305,7 @@ export class Worker {
     await this.claimsEnded;
     this.releaseBuffer();
     // Every running job settles: it finishes, or the deadline aborts it (the race rejects at once).
-    await Promise.all([...this.active.values()].map((a) => a.settled));
+    await this.idle();
     clearTimeout(this.stopDeadline);
     await Promise.all([this.completions.drain(5000), this.failures.drain(5000), this.releases.drain(5000)]);
   }
@@ -655,35 +657,77 @@ export class Worker {
     return this.running.of(kind, target);
   }
 
+  /**
+   * Run the job: its timeout, its trace and its outcome, then its slot is free. Driven by the
+   * channel's promise and callbacks, not by async functions: with AsyncLocalStorage's promise hooks
+   * on (Node 20, once a handler's trace is entered), each async frame and each await is a promise
+   * more, paid in the hooks and the collector, and the nested frames (the run, the wait for its
+   * end) made ~10 promises a no-op job where this makes the channel's own.
+   */
   private execute(job: ClaimedJob, channel: JobChannel): void {
     const abort = new JobAbort();
     this.running.add(job, 1);
-    this.active.set(job.id, { job, abort, settled: this.runToEnd(job, channel, abort) });
+    this.active.set(job.id, { job, abort });
+    const started = performance.now();
+    const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt, job.eventSpan);
+    // The trace fields go on each line (jobLogLine): they are the span active there.
+    const log = new LazyLogger(this.deps.log, () => ({
+      event_id: job.event.id,
+      ...(job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target }),
+      attempt: job.attempt, job_id: job.id,
+    }), jobLogLine(scope));
+    let deadline: Deadline | undefined;
+    const finish = (outcome: RunOutcome | null, thrown?: unknown): void => {
+      try {
+        if (deadline) this.deadlines.cancel(deadline);
+        const durationMs = performance.now() - started;
+        if (outcome === null) this.fail(job, channel, abort.aborted ? abort.reason : thrown, log, durationMs);
+        else if (outcome === 'succeeded') this.settle(job, { kind: 'succeeded', durationMs });
+        else {
+          if (outcome === 'already-consumed') {
+            this.deps.lifecycle.emit('job:skipped', { jobId: job.id, handler: job.target, eventId: job.event.id, reason: 'already-consumed' });
+          }
+          // 'committed' (or nothing ran): the channel completed the job in its own transaction.
+          this.emitCompleted({ job, durationMs });
+        }
+      } catch (err) {
+        // The above handles everything a job can throw; a bug of rea's own must still not become
+        // an uncaught exception (which ends the process): log it, and the job's lease brings it back.
+        this.deps.log.error({ err: errorMessage(err), job_id: job.id }, 'running a job failed inside rea; its lease will expire and the rescuer returns it');
+      }
+      this.ended(job);
+    };
+    let work: Promise<RunOutcome>;
+    try {
+      const timeoutMs = channel.timeoutMs(job);
+      deadline = this.deadlines.add(timeoutMs, () => abort.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), started);
+      if (!job.eventFound) throw new MissingEventError(job.event.id);
+      work = runInTrace(scope, () => channel.run(job, abort, log));
+    } catch (err) {
+      // Settled as a rejection, never here: this runs inside dispatch(), which the job's end calls again.
+      work = Promise.reject(err);
+    }
+    work.then((outcome) => finish(outcome), (err: unknown) => finish(null, err));
   }
 
-  /**
-   * run(), then the job's slot is free. One async function for both, not run().catch().finally():
-   * that chain made four more promises per job, each paid again in AsyncLocalStorage's hooks and
-   * the garbage collector. Never rejects.
-   */
-  private async runToEnd(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
-    try {
-      await this.run(job, channel, abort);
-    } catch (err) {
-      // run() handles everything a job can throw; a bug of rea's own must still not become an
-      // unhandled rejection (which ends the process): log it, and the job's lease brings it back.
-      this.deps.log.error({ err: errorMessage(err), job_id: job.id }, 'running a job failed inside rea; its lease will expire and the rescuer returns it');
-    } finally {
-      this.active.delete(job.id);
-      this.inlineOf.delete(job.id);
-      this.running.add(job, -1);
-      this.noteCompletion();
-      this.dispatch();
-      if (this.waitingForSlot && !this.stopping && this.buffer.length <= this.options.concurrency) {
-        this.waitingForSlot = false;
-        this.loop.wake();
-      }
+  /** A job settled: its slot is free for the next one. */
+  private ended(job: ClaimedJob): void {
+    this.active.delete(job.id);
+    this.inlineOf.delete(job.id);
+    this.running.add(job, -1);
+    this.noteCompletion();
+    this.dispatch();
+    if (this.waitingForSlot && !this.stopping && this.buffer.length <= this.options.concurrency) {
+      this.waitingForSlot = false;
+      this.loop.wake();
     }
+    if (this.active.size === 0 && this.whenIdle.length > 0) for (const resolve of this.whenIdle.splice(0)) resolve();
+  }
+
+  /** Resolves once no job runs. */
+  private idle(): Promise<void> {
+    if (this.active.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.whenIdle.push(resolve));
   }
 
   private noteCompletion(): void {
@@ -695,38 +739,6 @@ export class Worker {
       this.rate = this.rate === 0 ? instant : this.rate * 0.6 + instant * 0.4;
       this.rateWindowStart = now;
       this.rateWindowCount = 0;
-    }
-  }
-
-  private async run(job: ClaimedJob, channel: JobChannel, abort: JobAbort): Promise<void> {
-    const started = performance.now();
-    const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt, job.eventSpan);
-    // The trace fields go on each line (jobLogLine): they are the span active there.
-    const log = new LazyLogger(this.deps.log, () => ({
-      event_id: job.event.id,
-      ...(job.kind === 'handler' ? { handler: job.target } : { kind: job.kind, target: job.target }),
-      attempt: job.attempt, job_id: job.id,
-    }), jobLogLine(scope));
-    let deadline: Deadline | undefined;
-    try {
-      const timeoutMs = channel.timeoutMs(job);
-      deadline = this.deadlines.add(timeoutMs, () => abort.abort(new HandlerTimeoutError(timeoutMs, channel.timeoutMessage(job, timeoutMs))), started);
-      if (!job.eventFound) throw new MissingEventError(job.event.id);
-      const outcome = await runInTrace(scope, () => channel.run(job, abort, log));
-      const durationMs = performance.now() - started;
-      if (outcome === 'succeeded') {
-        this.settle(job, { kind: 'succeeded', durationMs });
-      } else if (outcome === 'committed') {
-        this.emitCompleted({ job, durationMs });
-      } else {
-        this.deps.lifecycle.emit('job:skipped', { jobId: job.id, handler: job.target, eventId: job.event.id, reason: 'already-consumed' });
-        this.emitCompleted({ job, durationMs });
-      }
-    } catch (thrown) {
-      const err = abort.aborted ? abort.reason : thrown;
-      this.fail(job, channel, err, log, performance.now() - started);
-    } finally {
-      if (deadline) this.deadlines.cancel(deadline);
     }
   }
 

@@ -46,7 +46,7 @@ class JobContext implements HandlerContext {
   }
 }
 
-export async function runHandler(
+export function runHandler(
   driver: Driver,
   handler: RegisteredHandler,
   job: ClaimedJob,
@@ -57,11 +57,24 @@ export async function runHandler(
   leaseMs: number,
   onRecorded: (events: number) => void = () => {},
 ): Promise<HandlerOutcome> {
-  if (!handler.transactional) {
-    if (abort.aborted) throw abort.reason;
-    await abort.race(call(handler, job, new JobContext(job, handler.name, abort, log, undefined)));
-    return 'succeeded';
-  }
+  if (handler.transactional) return runTransactional(driver, handler, job, abort, log, clock, leaseMs, onRecorded);
+  // Not an async function: the handler's promise and the race are all a plain handler's run makes.
+  if (abort.aborted) return Promise.reject(abort.reason);
+  return abort.race(call(handler, job, new JobContext(job, handler.name, abort, log, undefined)), 0, SUCCEEDED);
+}
+
+const SUCCEEDED: HandlerOutcome = 'succeeded';
+
+async function runTransactional(
+  driver: Driver,
+  handler: RegisteredHandler,
+  job: ClaimedJob,
+  abort: JobAbort,
+  log: LazyLogger,
+  clock: Clock,
+  leaseMs: number,
+  onRecorded: (events: number) => void,
+): Promise<HandlerOutcome> {
   const context = (tx: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
   // Events recorded through ctx.tx: once they commit, the relay is told, as for bus.transaction.
   const state: TransactionState = { open: true };
