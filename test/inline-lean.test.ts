@@ -221,4 +221,48 @@ describe.skipIf(!target.available)('the lean inline round on postgres', () => {
     const [{ webhooks }] = await target.query(`select count(*)::int as webhooks from "${schema}".jobs where kind = 'webhook'`);
     expect(webhooks).toBe(LEAN_RETRY_ROUNDS + 2);
   });
+
+  it('a round\'s statements are planned once per connection, not at every round, even with statistics', async () => {
+    // With the events table analyzed, the plan cache judged the lean statement's generic plan
+    // dearer than a custom one (the round's limit is a parameter) and planned it again at every
+    // round. One pool connection: the rounds and the look at its prepared statements share it.
+    const schema = freshSchema('lean');
+    const url = (target.database() as { postgres: string }).postgres;
+    const driver = new PostgresDriver({ connection: url, schema, poolSize: 1, onError: () => {} });
+    const bus = createBus({
+      database: { driver }, schema, events, instanceId: 'solo',
+      relay: { enabled: false, inlineMs: 20 }, // rounds only from relayOnce below
+    });
+    const client = new pg.Client({ connectionString: url });
+    onTestFinished(async () => {
+      await bus.stop();
+      await client.end();
+      await target.query(`drop schema if exists "${schema}" cascade`);
+    });
+    await bus.migrate();
+    const delivered: number[] = [];
+    bus.on('order.created', 'ship', (e) => {
+      delivered.push(e.payload.n);
+    });
+    // Analyzed while 20,000 events waited (a backlog), then fanned: the generic plan's guess at the
+    // round's rows is then dear enough that a custom plan was made at every round, not the first five.
+    await target.query(`insert into "${schema}".events (id, type, payload)
+      select gen_random_uuid(), 'order.created', '{"n":-1}' from generate_series(1, 20000)`);
+    await target.query(`analyze "${schema}".events`);
+    await target.query(`update "${schema}".events set fanned_out_at = now()`);
+    await client.connect();
+    await bus.start();
+    const rounds = 8;
+    for (let n = 0; n < rounds; n++) {
+      await client.query('begin');
+      await bus.record(client, 'order.created', { n });
+      await client.query('commit');
+      await bus.relayOnce();
+    }
+    expect(delivered).toEqual([...Array(rounds).keys()]);
+    const [plans] = await driver.transaction(async (q) => (await q.query<{ generic: number; custom: number }>(
+      `select generic_plans::int as generic, custom_plans::int as custom from pg_prepared_statements where statement like '%delivered_inline = (select n.names%'`,
+    )).rows);
+    expect(plans).toEqual({ generic: rounds, custom: 0 });
+  });
 });

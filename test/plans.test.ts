@@ -67,6 +67,21 @@ function jobReads(node: any): { byTarget: boolean; buffers: number }[] {
   return [...here, ...(node.Plans ?? []).flatMap(jobReads)];
 }
 
+/**
+ * EXPLAIN (ANALYZE, BUFFERS) of one run of `text` under its generic plan, as a prepared statement
+ * that has run often enough is (the plan cache's choice, or force_generic_plan): the parameters'
+ * `types`, and their values as SQL `literals`. Inside the caller's transaction.
+ */
+async function genericRun(query: Target['query'], text: string, types: string, literals: string): Promise<any> {
+  await query('set local plan_cache_mode = force_generic_plan');
+  await query(`prepare generic_run (${types}) as ${text}`);
+  try {
+    return await analyzed(query, `execute generic_run (${literals})`);
+  } finally {
+    await query('deallocate generic_run');
+  }
+}
+
 /** Every node of a plan. */
 function nodes(node: any): any[] {
   return [node, ...(node.Plans ?? []).flatMap(nodes)];
@@ -261,6 +276,18 @@ describeTargets('plans on $name', (target) => {
       expect({ name, everyReadByTarget: reads.every((r) => r.byTarget), buffersUnder40: reads.reduce((n, r) => n + r.buffers, 0) < 40 })
         .toEqual({ name, everyReadByTarget: true, buffersUnder40: true });
     }
+    // An inline round's transaction plans its statements generically (BEGIN_OWN): the same holds there.
+    const inlineTypes = 'int, timestamptz, int, int, int, text, text[], int[], int, int[], boolean[], text';
+    const generic: [string, string, string, string][] = [
+      ['eventFanOutInlineLean (generic)', sql.eventFanOutInlineLean, 'int, timestamptz, text[], int[], int, int[], boolean[], text',
+        `200, null, '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
+      ['eventFanOutInline (generic)', sql.eventFanOutInline, inlineTypes, `200, null, 18, 30000, 300000, 'w1', '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
+    ];
+    for (const [name, text, types, literals] of generic) {
+      const reads = await rolledBack(target, async (query) => jobReads(await genericRun(query, text, types, literals)));
+      expect({ name, everyReadByTarget: reads.every((r) => r.byTarget), buffersUnder40: reads.reduce((n, r) => n + r.buffers, 0) < 40 })
+        .toEqual({ name, everyReadByTarget: true, buffersUnder40: true });
+    }
     // The lean round still applies (no job of its handler is due), and no longer once one is,
     // at the handler's second priority: the check reads every priority, not only the first.
     const [leanRow] = await target.query<{ lean: boolean }>(sql.eventFanOutInlineLean, lean);
@@ -296,16 +323,8 @@ describeTargets('plans on $name', (target) => {
       ['eventFanOutInlineLean', sql.eventFanOutInlineLean, 'int, timestamptz, text[], int[], int, int[], boolean[], text', `200, null, '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
     ];
     for (const [name, text, types, params] of rounds) {
-      const eventScans = await rolledBack(target, async (query) => {
-        await query('set local plan_cache_mode = force_generic_plan');
-        await query(`prepare round (${types}) as ${text}`);
-        try {
-          const plan = await analyzed(query, `execute round (${params})`);
-          return nodes(plan).filter((n) => n['Relation Name'] === 'events' && n['Node Type'] !== 'ModifyTable').map((n) => `${n['Node Type']}: ${n['Actual Rows']} rows`);
-        } finally {
-          await query('deallocate round');
-        }
-      });
+      const eventScans = await rolledBack(target, async (query) => nodes(await genericRun(query, text, types, params))
+        .filter((n) => n['Relation Name'] === 'events' && n['Node Type'] !== 'ModifyTable').map((n) => `${n['Node Type']}: ${n['Actual Rows']} rows`));
       // The claim's index scan of the unfanned events (200 rows), and the update's TID scan.
       expect({ name, eventScans }).toEqual({ name, eventScans: ['Index Scan: 200 rows', 'Tid Scan: 200 rows'] });
     }

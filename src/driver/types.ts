@@ -21,6 +21,11 @@ export interface TransactionOptions {
    * statement deadline of the driver's (rea's own still do).
    */
   aborted?: () => boolean;
+  /**
+   * Only rea's own statements run in it (a relay round): they are planned generically, once per
+   * connection, rather than for each run's parameters (see PostgresDriver's transaction).
+   */
+  ownStatements?: boolean;
 }
 
 /** Where a schema stands against this rea's migrations; Driver.migrationStatus. */

@@ -301,7 +301,8 @@ export class Relay {
           }));
         }
         return r;
-      });
+        // Only rea's statements run in a round's transaction: planned once per connection (BEGIN_OWN).
+      }, { ownStatements: true });
     } catch (err) {
       if (reserved) handOff.acceptHandOff(reservation, []);
       if (round) handOff.endInline(round, false);
