@@ -81,6 +81,29 @@ async function both(setup: Setup) {
 
 const three = (type: Type = 'order.created') => [1, 2, 3].map((n) => ({ type, n }));
 
+/**
+ * A migrated bus in a fresh schema whose relay rounds come only from relayOnce (inline delivery
+ * on), on a driver with `poolSize` connections, and a pg client of the test's own (connected by
+ * the caller). All are closed and the schema dropped when the test ends.
+ */
+async function relayOnceBus(poolSize: number) {
+  const schema = freshSchema('lean');
+  const url = (target.database() as { postgres: string }).postgres;
+  const driver = new PostgresDriver({ connection: url, schema, poolSize, onError: () => {} });
+  const bus = createBus({
+    database: { driver }, schema, events, instanceId: 'solo', webhooks: { allowPrivateNetworks: true },
+    relay: { enabled: false, inlineMs: 20 },
+  });
+  const client = new pg.Client({ connectionString: url });
+  onTestFinished(async () => {
+    await bus.stop();
+    await client.end();
+    await target.query(`drop schema if exists "${schema}" cascade`);
+  });
+  await bus.migrate();
+  return { schema, driver, bus, client };
+}
+
 describe.skipIf(!target.available)('the lean inline round on postgres', () => {
   it('plain inline handlers with room: the lean round applies and delivers every event inline, with no job row', async () => {
     const { lean } = await both({
@@ -186,20 +209,7 @@ describe.skipIf(!target.available)('the lean inline round on postgres', () => {
   });
 
   it('after a round the lean statement did not apply to, the relay goes straight to the full one for a while', async () => {
-    const schema = freshSchema('lean');
-    const url = (target.database() as { postgres: string }).postgres;
-    const driver = new PostgresDriver({ connection: url, schema, poolSize: 4, onError: () => {} });
-    const bus = createBus({
-      database: { driver }, schema, events, instanceId: 'solo', webhooks: { allowPrivateNetworks: true },
-      relay: { enabled: false, inlineMs: 20 }, // rounds only from relayOnce below
-    });
-    const client = new pg.Client({ connectionString: url });
-    onTestFinished(async () => {
-      await bus.stop();
-      await client.end();
-      await target.query(`drop schema if exists "${schema}" cascade`);
-    });
-    await bus.migrate();
+    const { driver, bus, client, schema } = await relayOnceBus(4);
     bus.on('order.created', 'ship', () => {});
     await bus.endpoints.create({ url: 'http://127.0.0.1:9/hook', eventTypes: ['order.*'] });
     await client.connect();
@@ -226,20 +236,7 @@ describe.skipIf(!target.available)('the lean inline round on postgres', () => {
     // With the events table analyzed, the plan cache judged the lean statement's generic plan
     // dearer than a custom one (the round's limit is a parameter) and planned it again at every
     // round. One pool connection: the rounds and the look at its prepared statements share it.
-    const schema = freshSchema('lean');
-    const url = (target.database() as { postgres: string }).postgres;
-    const driver = new PostgresDriver({ connection: url, schema, poolSize: 1, onError: () => {} });
-    const bus = createBus({
-      database: { driver }, schema, events, instanceId: 'solo',
-      relay: { enabled: false, inlineMs: 20 }, // rounds only from relayOnce below
-    });
-    const client = new pg.Client({ connectionString: url });
-    onTestFinished(async () => {
-      await bus.stop();
-      await client.end();
-      await target.query(`drop schema if exists "${schema}" cascade`);
-    });
-    await bus.migrate();
+    const { driver, bus, client, schema } = await relayOnceBus(1);
     const delivered: number[] = [];
     bus.on('order.created', 'ship', (e) => {
       delivered.push(e.payload.n);

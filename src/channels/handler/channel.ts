@@ -1,5 +1,6 @@
 // The handler channel as the worker sees it: claim per registered handler within its own
-// concurrency, leased for its own timeout, back off per the handler's schedule, run through runHandler.
+// concurrency, leased for its own timeout, back off per the handler's schedule, run through
+// runPlainHandler or runTransactionalHandler.
 import { attemptInAllowance } from '../../core/backoff.js';
 import type { Clock } from '../../core/clock.js';
 import type { LazyLogger } from '../../core/logger.js';
@@ -7,7 +8,7 @@ import type { JobAbort } from '../../worker/abort.js';
 import type { ClaimedJob, ClaimTarget, Driver } from '../../driver/types.js';
 import type { JobChannel, RunOutcome } from '../../worker/channel.js';
 import type { RegisteredHandler } from '../../worker/registry.js';
-import { runHandler } from './run.js';
+import { runPlainHandler, runTransactionalHandler } from './run.js';
 
 export class HandlerChannel implements JobChannel {
   readonly kind = 'handler' as const;
@@ -62,7 +63,8 @@ export class HandlerChannel implements JobChannel {
 
   run(job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<RunOutcome> {
     const h = this.handler(job);
-    return runHandler(this.driver, h, job, abort, log, this.clock, h.timeoutMs + this.leaseMarginMs, this.onRecorded);
+    if (!h.transactional) return runPlainHandler(h, job, abort, log);
+    return runTransactionalHandler(this.driver, h, job, abort, log, this.clock, h.timeoutMs + this.leaseMarginMs, this.onRecorded);
   }
 
   private handler(job: ClaimedJob): RegisteredHandler {

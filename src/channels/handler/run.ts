@@ -46,7 +46,19 @@ class JobContext implements HandlerContext {
   }
 }
 
-export function runHandler(
+/**
+ * A plain handler's run. Not an async function: the handler's promise and the race are all it
+ * makes (a job's run is the worker's hot path; see Worker.execute).
+ */
+export function runPlainHandler(handler: RegisteredHandler, job: ClaimedJob, abort: JobAbort, log: LazyLogger): Promise<HandlerOutcome> {
+  if (abort.aborted) return Promise.reject(abort.reason);
+  return abort.race(call(handler, job, new JobContext(job, handler.name, abort, log, undefined)), 0, SUCCEEDED);
+}
+
+const SUCCEEDED: HandlerOutcome = 'succeeded';
+
+/** A transactional handler's run: in one transaction with its consume record and its job's completion. */
+export async function runTransactionalHandler(
   driver: Driver,
   handler: RegisteredHandler,
   job: ClaimedJob,
@@ -56,24 +68,6 @@ export function runHandler(
   /** The job's lease (its timeout and the margin): its transaction may idle on the server no longer. */
   leaseMs: number,
   onRecorded: (events: number) => void = () => {},
-): Promise<HandlerOutcome> {
-  if (handler.transactional) return runTransactional(driver, handler, job, abort, log, clock, leaseMs, onRecorded);
-  // Not an async function: the handler's promise and the race are all a plain handler's run makes.
-  if (abort.aborted) return Promise.reject(abort.reason);
-  return abort.race(call(handler, job, new JobContext(job, handler.name, abort, log, undefined)), 0, SUCCEEDED);
-}
-
-const SUCCEEDED: HandlerOutcome = 'succeeded';
-
-async function runTransactional(
-  driver: Driver,
-  handler: RegisteredHandler,
-  job: ClaimedJob,
-  abort: JobAbort,
-  log: LazyLogger,
-  clock: Clock,
-  leaseMs: number,
-  onRecorded: (events: number) => void,
 ): Promise<HandlerOutcome> {
   const context = (tx: Transaction): HandlerContext => new JobContext(job, handler.name, abort, log, tx);
   // Events recorded through ctx.tx: once they commit, the relay is told, as for bus.transaction.
