@@ -5,6 +5,7 @@
 // numbers the README's "why is figure 1 where it is" points at; EXPLAIN (ANALYZE, BUFFERS, WAL) of one round of
 // each is printed with `--explain`.
 import pg from 'pg';
+import { BEGIN_OWN } from '../src/drivers/postgres/driver.js';
 import { jobClaimParams } from '../src/drivers/postgres/executor.js';
 import { postgresStatements } from '../src/drivers/postgres/sql.js';
 import { DATABASE_URL, dropSchema } from './lib/env.js';
@@ -94,7 +95,8 @@ export async function profileStatements(schema: string, n: number, explain = fal
       console.error(`--- EXPLAIN inline fan-out\n${r.rows.map((x) => x['QUERY PLAN']).join('\n')}`);
     }
     await measure('inline-fan-out', async () => {
-      await c.query('begin');
+      // As rea begins an inline round: its statements planned once (generic), not at every round.
+      await c.query(BEGIN_OWN);
       const r = await c.query(inline);
       await c.query('commit');
       return r.rows[0].event_ids ? (r.rows[0].event_ids as string).split(',').length : 0;
@@ -117,7 +119,7 @@ export async function profileStatements(schema: string, n: number, explain = fal
       console.error(`--- EXPLAIN lean inline fan-out\n${r.rows.map((x) => x['QUERY PLAN']).join('\n')}`);
     }
     await measure('lean-inline-fan-out', async () => {
-      await c.query('begin');
+      await c.query(BEGIN_OWN);
       const r = await c.query(lean);
       await c.query('commit');
       if (r.rows[0].lean !== true) throw new Error('profile: the lean inline round did not apply');

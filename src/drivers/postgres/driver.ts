@@ -59,7 +59,7 @@ const CANCEL_WAIT_MS = 1_000;
  * checks its scans). SET LOCAL: the connection's next user (a handler's transaction) keeps its own
  * setting.
  */
-const BEGIN_OWN = 'begin; set local plan_cache_mode = force_generic_plan';
+export const BEGIN_OWN = 'begin; set local plan_cache_mode = force_generic_plan';
 
 /** How long a new LISTEN connection may take to hear the NOTIFY it asked for through the pool (see probeListen). */
 export const LISTEN_PROBE_WAIT_MS = 5_000;
