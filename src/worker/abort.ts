@@ -1,5 +1,6 @@
 // A job's abort: its timeout or the worker's stop. Most handlers never look at their signal, so
 // the AbortSignal (an EventTarget, the costliest object of a job's run) is made only when asked for.
+
 /** race()'s default: fulfil with the work's own value. */
 const OWN: unique symbol = Symbol('own');
 
