@@ -301,8 +301,7 @@ export class Relay {
           }));
         }
         return r;
-        // Only rea's statements run in a round's transaction: planned once per connection (BEGIN_OWN).
-      }, { ownStatements: true });
+      }, { ownStatements: true }); // only rea's statements run in it: planned once per connection (BEGIN_OWN)
     } catch (err) {
       if (reserved) handOff.acceptHandOff(reservation, []);
       if (round) handOff.endInline(round, false);

@@ -85,7 +85,8 @@ interface FailureItem {
 
 export class Worker {
   private readonly loop: PollLoop;
-  private readonly active = new Map<string, { job: ClaimedJob; abort: JobAbort }>();
+  /** The running jobs' aborts, by job id. */
+  private readonly active = new Map<string, JobAbort>();
   /** stop()'s wait for the running jobs to settle (see idle()). */
   private readonly whenIdle: (() => void)[] = [];
   /** The running jobs' timeouts. */
@@ -280,7 +281,7 @@ export class Worker {
     clearTimeout(this.stopDeadline);
     this.stopAbortAt = abortAt;
     this.stopDeadline = setTimeout(() => {
-      for (const a of this.active.values()) a.abort.abort(new WorkerStoppingError());
+      for (const abort of this.active.values()) abort.abort(new WorkerStoppingError());
     }, timeoutMs);
   }
 
@@ -668,7 +669,7 @@ export class Worker {
   private execute(job: ClaimedJob, channel: JobChannel): void {
     const abort = new JobAbort();
     this.running.add(job, 1);
-    this.active.set(job.id, { job, abort });
+    this.active.set(job.id, abort);
     const started = performance.now();
     const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt, job.eventSpan);
     // The trace fields go on each line (jobLogLine): they are the span active there.
