@@ -13,8 +13,9 @@
 // The workers reach PostgreSQL through a proxy (test/chaos/proxy.ts). After the last kill it stages
 // a failover: every connection they hold goes silent, neither answering nor closing, as when a
 // server's address moves to a new primary. Each worker must notice within its deadline
-// (database.queryTimeoutMs), carry on over new connections, and deliver again within
-// FAILOVER_RECOVERY_MAX_MS (verdict.ts); before that deadline, they waited for TCP, ~15 minutes.
+// (database.queryTimeoutMs), carry on over new connections, and run each stage of delivery again
+// within FAILOVER_RECOVERY_MAX_MS (FAILOVER_STAGES, verdict.ts); before that deadline, they waited
+// for TCP, ~15 minutes.
 //
 // The workers run `bin/rea.js`, which loads the build in dist/: `npm run chaos` builds it first.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
@@ -26,7 +27,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { createBus, defineEvents, type Logger } from '../../src/index.js';
 import { z } from 'zod';
-import { failures } from './verdict.js';
+import { failures, type FailoverStage } from './verdict.js';
 
 const args = new Set(process.argv.slice(2));
 const short = args.has('--short');
@@ -302,12 +303,23 @@ async function main(): Promise<void> {
     const ids = (await c.query(`select id::text as id from "${schema}".events`)).rows.map((r) => r.id as string);
     const storedIds = new Set(ids);
     const lostAcknowledged = [...acknowledged].filter((id) => !storedIds.has(id)).length;
-    // The first delivery of an event recorded after the failover: when the workers had got through it.
-    const recovered = (await c.query(`select extract(epoch from min(a.at) - $1::timestamptz) * 1000 as ms
-      from "${schema}".chaos_appends a join "${schema}".events e on e.id = a.event_id where e.created_at >= $1`, [failedOverAt])).rows[0].ms;
+    // When each stage of delivery first ran again after the failover, in a statement begun after
+    // it (FAILOVER_STAGES): a round's fanned_out_at is its now(), a job's attempted_at its claim's,
+    // an append's at its insert's clock_timestamp().
+    const since = (expr: string, from: string, where = 'true') =>
+      `(select extract(epoch from min(${expr}) - $1::timestamptz) * 1000 from ${from} where ${where} and ${expr} >= $1)`;
+    const resumed = (await c.query(`select
+      ${since('fanned_out_at', `"${schema}".events`)} as relay,
+      ${since('fanned_out_at', `"${leanSchema}".events`)} as lean,
+      ${since('finalized_at', `"${schema}".jobs`, `state = 'completed' and attempted_at >= $1`)} as claim,
+      ${since('at', `"${schema}".chaos_appends`)} as append`, [failedOverAt])).rows[0] as Record<'relay' | 'lean' | 'claim' | 'append', string | null>;
+    const ms = (v: string | null) => (v === null ? null : Math.round(Number(v)));
     return {
       stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged,
-      failoverRecoveredMs: recovered === null ? null : Math.round(Number(recovered)),
+      failoverResumedMs: {
+        'relay round': ms(resumed.relay), 'lean relay round': ms(resumed.lean),
+        'claim and completion': ms(resumed.claim), 'plain handler\'s write': ms(resumed.append),
+      } satisfies Record<FailoverStage, number | null>,
     };
   });
   const lean = await withClient(URL_, async (c) => {
@@ -347,7 +359,7 @@ async function main(): Promise<void> {
       inlineBeforeRestart: lean.inlineBeforeRestart, inlineAfterRestart: lean.inlineAfterRestart,
       stuckJobs: lean.stuck, discardedJobs: lean.discarded,
     },
-    failover: { silenced, recoveredMs: result.failoverRecoveredMs },
+    failover: { silenced, resumedMs: result.failoverResumedMs },
     workerCrashes: crashes, workersHungAtStop: hungAtStop, drainMs, totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));
