@@ -243,8 +243,11 @@ async function main(): Promise<void> {
   // its connections after it, and carry the run alone): each must get through it on its own.
   await Promise.race([Promise.all(workers.map((w) => readiness.get(w))), sleep(60_000).then(() => { throw new Error('the workers did not start within 60 s'); })]);
   await sleep(500);
-  const failedOverAt = new Date();
   const silenced = await proxy.failover();
+  // Taken once the proxy has silenced every connection (it answers after): a statement that ran
+  // after this can only have gone over a new one. Taken before, a commit on its way through the
+  // proxy in between counted as a stage run again (a plain handler's write 1 ms after).
+  const failedOverAt = new Date();
   log(`failover: ${silenced} worker connections left silent; new ones reach the server`);
   await sleep(AFTER_FAILOVER_MS);
   await Promise.all([ticks.stop(), leans.stop()]);
