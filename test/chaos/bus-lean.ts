@@ -1,10 +1,10 @@
-// The second bus of the chaos run (`rea run test/chaos/bus-lean.ts`), on a schema of its own:
-// one plain handler and nothing else, so its relay rounds take the lean inline path (claim, one
-// update, the handler run inside the round, COMMIT) that figure 1 of the bench measures. Its
-// effect is an append through a pool of its own, as a call to another system would be: it never
-// waits for rea's connections, so its deliveries finish inside the round. Straight to PostgreSQL,
-// not through the runner's proxy: that other system does not fail over with rea's database (its
-// pool, with no deadline, would otherwise wait on silent connections for good).
+// The second bus of the chaos run (`rea run` on its build, test/chaos/.build/bus-lean.js), on a
+// schema of its own: one plain handler and nothing else, so its relay rounds take the lean inline
+// path (claim, one update, the handler run inside the round, COMMIT) that figure 1 of the bench
+// measures. Its effect is an append through a pool of its own, as a call to another system would
+// be: it never waits for rea's connections, so its deliveries finish inside the round. Straight to
+// PostgreSQL, not through the runner's proxy: that other system does not fail over with rea's
+// database (its pool, with no deadline, would otherwise wait on silent connections for good).
 import { createBus, defineEvents } from 'rea';
 import pg from 'pg';
 import { z } from 'zod';

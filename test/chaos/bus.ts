@@ -1,5 +1,6 @@
-// The bus the chaos workers run (`rea run test/chaos/bus.ts`): one transactional handler that
-// counts each event in the same transaction as its completion, one plain handler that appends.
+// The bus the chaos workers run (`rea run` on its build, test/chaos/.build/bus.js): one
+// transactional handler that counts each event in the same transaction as its completion, one plain
+// handler that appends.
 import { createBus, defineEvents } from 'rea';
 import { z } from 'zod';
 import { schema, workerOptions } from './worker-options.js';

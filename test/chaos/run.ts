@@ -17,10 +17,14 @@
 // within FAILOVER_RECOVERY_MAX_MS (FAILOVER_STAGES, verdict.ts); before that deadline, they waited
 // for TCP, ~15 minutes.
 //
-// The workers run `bin/rea.js`, which loads the build in dist/: `npm run chaos` builds it first.
+// The workers run `bin/rea.js`, which loads the build in dist/ (`npm run chaos` builds it first),
+// on their bus compiled to JavaScript (test/chaos/.build/, by tsc at the run's start), as a
+// deployment runs them. Under the tsx loader each of the full mode's 50 restarts cost ~1 s more of
+// CPU, on a machine of two cores the workers share with PostgreSQL and the producers.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -105,13 +109,17 @@ async function startProxy(upstream: string): Promise<{ url: string; failover(): 
   };
 }
 
+/** The workers' buses as JavaScript (see the top of this file); `rea` resolves to dist/ from there, as from the sources. */
+const workerBuild = `${root}/test/chaos/.build`;
+execFileSync(process.execPath, [createRequire(import.meta.url).resolve('typescript/bin/tsc'), '-p', `${root}/test/chaos/tsconfig.workers.json`], { stdio: 'inherit' });
+
 /** Resolves once the worker says it runs (its relay and worker have started). */
 const readiness = new WeakMap<ChildProcess, Promise<void>>();
 
 /** Worker n: the first WORKERS run test/chaos/bus.ts, the LEAN_WORKERS after them bus-lean.ts; through the proxy at `url`. */
 function startWorker(n: number, url: string): ChildProcess {
   const lean = n >= WORKERS;
-  const child = spawn(process.execPath, ['--import', 'tsx', `${root}/bin/rea.js`, 'run', `${root}/test/chaos/${lean ? 'bus-lean' : 'bus'}.ts`, '--stop-timeout', '2000'], {
+  const child = spawn(process.execPath, [`${root}/bin/rea.js`, 'run', `${workerBuild}/${lean ? 'bus-lean' : 'bus'}.js`, '--stop-timeout', '2000'], {
     cwd: root,
     env: { ...process.env, CHAOS_DATABASE_URL: url, CHAOS_EFFECTS_URL: URL_, CHAOS_SCHEMA: lean ? leanSchema : schema, REA_LOG_LEVEL: process.env.CHAOS_WORKER_LOG ?? 'silent' },
     stdio: ['ignore', process.env.CHAOS_WORKER_LOG ? 'pipe' : 'ignore', 'pipe'],
