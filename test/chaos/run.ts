@@ -116,7 +116,7 @@ execFileSync(process.execPath, [createRequire(import.meta.url).resolve('typescri
 /** Resolves once the worker says it runs (its relay and worker have started). */
 const readiness = new WeakMap<ChildProcess, Promise<void>>();
 
-/** Worker n: the first WORKERS run test/chaos/bus.ts, the LEAN_WORKERS after them bus-lean.ts; through the proxy at `url`. */
+/** Worker n: the first WORKERS run test/chaos/bus.ts (its build), the LEAN_WORKERS after them bus-lean.ts; through the proxy at `url`. */
 function startWorker(n: number, url: string): ChildProcess {
   const lean = n >= WORKERS;
   const child = spawn(process.execPath, [`${root}/bin/rea.js`, 'run', `${workerBuild}/${lean ? 'bus-lean' : 'bus'}.js`, '--stop-timeout', '2000'], {
