@@ -70,9 +70,9 @@ function jobReads(node: any): { byTarget: boolean; buffers: number }[] {
 /**
  * EXPLAIN (ANALYZE, BUFFERS) of one run of `text` under its generic plan, as a prepared statement
  * that has run often enough is (the plan cache's choice, or force_generic_plan): the parameters'
- * `types`, and their values as SQL `literals`. Inside the caller's transaction.
+ * types, and their values as SQL literals (ROUND_PARAMS). Inside the caller's transaction.
  */
-async function genericRun(query: Target['query'], text: string, types: string, literals: string): Promise<any> {
+async function genericRun(query: Target['query'], text: string, [types, literals]: readonly [string, string]): Promise<any> {
   await query('set local plan_cache_mode = force_generic_plan');
   await query(`prepare generic_run (${types}) as ${text}`);
   try {
@@ -81,6 +81,19 @@ async function genericRun(query: Target['query'], text: string, types: string, l
     await query('deallocate generic_run');
   }
 }
+
+/**
+ * The fan-out rounds' parameters for genericRun, as types and SQL literals, keyed by statement:
+ * 200 events, handler `mailer` (room 200, lease 35 s, inline where the round has inline targets),
+ * hand-off room 18, lease 30 s, idle limit 10 s.
+ */
+const HAND_OFF_LITERALS = `200, null, 18, 30000, 300000, 'w1', '{mailer}', '{200}', 200, '{35000}'`;
+const ROUND_PARAMS = {
+  eventFanOut: ['int, timestamptz, int, int, int', '200, null, 18, 30000, 300000'],
+  eventFanOutHandOff: ['int, timestamptz, int, int, int, text, text[], int[], int, int[]', HAND_OFF_LITERALS],
+  eventFanOutInline: ['int, timestamptz, int, int, int, text, text[], int[], int, int[], boolean[], text', `${HAND_OFF_LITERALS}, '{true}', '10000'`],
+  eventFanOutInlineLean: ['int, timestamptz, text[], int[], int, int[], boolean[], text', `200, null, '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
+} as const;
 
 /** Every node of a plan. */
 function nodes(node: any): any[] {
@@ -277,14 +290,9 @@ describeTargets('plans on $name', (target) => {
         .toEqual({ name, everyReadByTarget: true, buffersUnder40: true });
     }
     // An inline round's transaction plans its statements generically (BEGIN_OWN): the same holds there.
-    const inlineTypes = 'int, timestamptz, int, int, int, text, text[], int[], int, int[], boolean[], text';
-    const generic: [string, string, string, string][] = [
-      ['eventFanOutInlineLean (generic)', sql.eventFanOutInlineLean, 'int, timestamptz, text[], int[], int, int[], boolean[], text',
-        `200, null, '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
-      ['eventFanOutInline (generic)', sql.eventFanOutInline, inlineTypes, `200, null, 18, 30000, 300000, 'w1', '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
-    ];
-    for (const [name, text, types, literals] of generic) {
-      const reads = await rolledBack(target, async (query) => jobReads(await genericRun(query, text, types, literals)));
+    for (const round of ['eventFanOutInlineLean', 'eventFanOutInline'] as const) {
+      const name = `${round} (generic)`;
+      const reads = await rolledBack(target, async (query) => jobReads(await genericRun(query, sql[round], ROUND_PARAMS[round])));
       expect({ name, everyReadByTarget: reads.every((r) => r.byTarget), buffersUnder40: reads.reduce((n, r) => n + r.buffers, 0) < 40 })
         .toEqual({ name, everyReadByTarget: true, buffersUnder40: true });
     }
@@ -315,15 +323,8 @@ describeTargets('plans on $name', (target) => {
     await target.query(`insert into ${s}.events (id, type, payload) select gen_random_uuid(), 'order.placed', '{"n":1}' from generate_series(1, 400)`);
     for (const table of ['events', 'handlers', 'jobs', 'endpoints']) await target.query(`analyze ${s}.${table}`);
 
-    const handOff = `200, null, 18, 30000, 300000, 'w1', '{mailer}', '{200}', 200, '{35000}'`;
-    const rounds: [string, string, string, string][] = [
-      ['eventFanOut', sql.eventFanOut, 'int, timestamptz, int, int, int', '200, null, 18, 30000, 300000'],
-      ['eventFanOutHandOff', sql.eventFanOutHandOff, 'int, timestamptz, int, int, int, text, text[], int[], int, int[]', handOff],
-      ['eventFanOutInline', sql.eventFanOutInline, 'int, timestamptz, int, int, int, text, text[], int[], int, int[], boolean[], text', `${handOff}, '{true}', '10000'`],
-      ['eventFanOutInlineLean', sql.eventFanOutInlineLean, 'int, timestamptz, text[], int[], int, int[], boolean[], text', `200, null, '{mailer}', '{200}', 200, '{35000}', '{true}', '10000'`],
-    ];
-    for (const [name, text, types, params] of rounds) {
-      const eventScans = await rolledBack(target, async (query) => nodes(await genericRun(query, text, types, params))
+    for (const name of Object.keys(ROUND_PARAMS) as (keyof typeof ROUND_PARAMS)[]) {
+      const eventScans = await rolledBack(target, async (query) => nodes(await genericRun(query, sql[name], ROUND_PARAMS[name]))
         .filter((n) => n['Relation Name'] === 'events' && n['Node Type'] !== 'ModifyTable').map((n) => `${n['Node Type']}: ${n['Actual Rows']} rows`));
       // The claim's index scan of the unfanned events (200 rows), and the update's TID scan.
       expect({ name, eventScans }).toEqual({ name, eventScans: ['Index Scan: 200 rows', 'Tid Scan: 200 rows'] });
