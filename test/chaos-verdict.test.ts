@@ -6,6 +6,7 @@ function clean(): ChaosSummary {
   return {
     lost: 0, duplicateEffects: 0, stuckJobs: 0, discardedJobs: 0, workerCrashes: 0, workersHungAtStop: 0,
     lean: { lost: 0, deliveredInline: 900, inlineBeforeRestart: 300, inlineAfterRestart: 600, stuckJobs: 0, discardedJobs: 0 },
+    longTransaction: { committed: 50, undelivered: 0 },
     failover: { silenced: 14, resumedMs: { 'relay round': 3400, 'lean relay round': 3200, 'claim and completion': 4400, 'plain handler\'s write': 3500 } },
   };
 }
@@ -55,6 +56,13 @@ describe('chaos verdict', () => {
       'no relay round after the failover',
       `the first claim and completion came 25000 ms after the failover (at most ${FAILOVER_RECOVERY_MAX_MS} expected)`,
     ]);
+  });
+
+  it('the long transaction must have committed its events, and each of them must have been delivered', () => {
+    expect(failures({ ...clean(), longTransaction: { committed: 0, undelivered: 0 } }))
+      .toEqual(['the long transaction committed no events: the run did not test events that become visible late']);
+    expect(failures({ ...clean(), longTransaction: { committed: 50, undelivered: 3 } })).toEqual(['3 events of the long transaction not delivered']);
+    expect(failures({ ...clean(), longTransaction: { committed: 1, undelivered: 0 } })).toEqual([]);
   });
 
   it('with a restart, the lean path must have delivered inline on each side of it', () => {

@@ -10,6 +10,11 @@
 // been inline on both sides of the PostgreSQL restart (LEAN_INLINE_MIN in verdict.ts), or the run
 // did not test that path and fails.
 //
+// A writing transaction is held open through the first half of the faults (openLongTransaction):
+// its events are stored with ids and times from the run's start, become visible only when it
+// commits, behind thousands of newer ones, and must be delivered like any other; meanwhile its
+// transaction id holds back PostgreSQL's xmin horizon, so none of the run's dead rows is vacuumed.
+//
 // The workers reach PostgreSQL through a proxy (test/chaos/proxy.ts). After the last kill it stages
 // a failover: every connection they hold goes silent, neither answering nor closing, as when a
 // server's address moves to a new primary. Each worker must notice within its deadline
@@ -44,6 +49,8 @@ const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
 /** How long the producers go on after the failover: the events the workers must deliver over new connections. */
 const AFTER_FAILOVER_MS = 4000;
+/** Events recorded by the transaction held open through the first half of the faults (openLongTransaction). */
+const LONG_TX_EVENTS = 50;
 /** How long a worker may take to exit after SIGTERM at the end: its --stop-timeout (2 s) and a wide margin. */
 const STOP_DEADLINE_MS = 20_000;
 const BASE_URL = process.env.CHAOS_BASE_URL ?? 'postgres://postgres@127.0.0.1:5432';
@@ -184,6 +191,36 @@ function produce(bus: ReturnType<typeof createBus<any>>, type: string, rate: num
   };
 }
 
+/**
+ * A transaction that records LONG_TX_EVENTS events and stays open until commit() (a batch import,
+ * a migration, a report that writes): on a client of its own, straight to PostgreSQL (not through
+ * the workers' proxy) and under an application name of its own (pg_terminate_backend is aimed at
+ * rea's connections). Its events have ids and creation times from when it opened, and no other
+ * transaction sees them before it commits; its transaction id holds PostgreSQL's xmin horizon back
+ * all the while, in every database of the cluster.
+ */
+async function openLongTransaction(bus: ReturnType<typeof createBus<any>>, type: string) {
+  const client = new pg.Client({ connectionString: URL_, application_name: 'rea-chaos-long' });
+  await client.connect();
+  await client.query('begin');
+  const openedAt = Date.now();
+  const ids = await bus.recordMany(client, Array.from({ length: LONG_TX_EVENTS }, (_, i) => ({ type, payload: { seq: -1 - i } })));
+  return {
+    /** The ids it committed (none when the commit failed) and how long it was open. */
+    async commit(): Promise<{ committed: string[]; heldMs: number }> {
+      try {
+        await client.query('commit');
+        return { committed: ids, heldMs: Date.now() - openedAt };
+      } catch (err) {
+        log(`the long transaction did not commit: ${(err as Error).message}`);
+        return { committed: [], heldMs: Date.now() - openedAt };
+      } finally {
+        await client.end().catch(() => {});
+      }
+    },
+  };
+}
+
 async function main(): Promise<void> {
   const started = Date.now();
   await withClient(`${BASE_URL}/postgres`, async (c) => {
@@ -217,6 +254,13 @@ async function main(): Promise<void> {
   const ticks = produce(producer, 'chaos.tick', RATE);
   const leans = produce(leanProducer, 'chaos.lean', LEAN_RATE);
   const acknowledged = ticks.acknowledged;
+  const longTransaction = await openLongTransaction(producer, 'chaos.tick');
+  let longCommit: { committed: string[]; heldMs: number } | undefined;
+  const commitLong = async () => {
+    longCommit = await longTransaction.commit();
+    for (const id of longCommit.committed) acknowledged.add(id);
+    log(`the long transaction committed ${longCommit.committed.length} events after ${longCommit.heldMs} ms`);
+  };
 
   // Faults.
   let kills = 0;
@@ -237,6 +281,8 @@ async function main(): Promise<void> {
       ).then((r) => r.rows[0].n as number)).catch(() => 0);
       log(`pg_terminate_backend: ${n} rea connections terminated`);
     }
+    // Committed before the restart would end it, after half of the kills (and the termination).
+    if (kills === restartAt) await commitLong();
     if (kills === restartAt && restartPostgres) {
       const version = readdirSync('/etc/postgresql')[0]!;
       log(`restarting PostgreSQL ${version}`);
@@ -311,6 +357,11 @@ async function main(): Promise<void> {
     const discarded = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state = 'discarded'`);
     // Appends made inline, in relay rounds (no job row): the run covers that path too.
     const inline = await q<'n'>(`select count(*)::int as n from "${schema}".events where 'append' = any (delivered_inline)`);
+    // The long transaction's events: each with its transactional effect and a plain one.
+    const late = (await c.query(`select count(*)::int as undelivered from "${schema}".events e
+      where e.id = any ($1::uuid[])
+        and (not exists (select 1 from "${schema}".chaos_counts c where c.event_id = e.id)
+             or not exists (select 1 from "${schema}".chaos_appends a where a.event_id = e.id))`, [longCommit?.committed ?? []])).rows[0] as { undelivered: number };
     const ids = (await c.query(`select id::text as id from "${schema}".events`)).rows.map((r) => r.id as string);
     const storedIds = new Set(ids);
     const lostAcknowledged = [...acknowledged].filter((id) => !storedIds.has(id)).length;
@@ -326,7 +377,7 @@ async function main(): Promise<void> {
       ${since('at', `"${schema}".chaos_appends`)} as append`, [failedOverAt])).rows[0] as Record<'relay' | 'lean' | 'claim' | 'append', string | null>;
     const ms = (v: string | null) => (v === null ? null : Math.round(Number(v)));
     return {
-      stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged,
+      stored: stored.n, ...counts, ...appends, stuck: stuck.n, discarded: discarded.n, deliveredInline: inline.n, lostAcknowledged, lateUndelivered: late.undelivered,
       failoverResumedMs: {
         'relay round': ms(resumed.relay), 'lean relay round': ms(resumed.lean),
         'claim and completion': ms(resumed.claim), 'plain handler\'s write': ms(resumed.append),
@@ -370,6 +421,7 @@ async function main(): Promise<void> {
       inlineBeforeRestart: lean.inlineBeforeRestart, inlineAfterRestart: lean.inlineAfterRestart,
       stuckJobs: lean.stuck, discardedJobs: lean.discarded,
     },
+    longTransaction: { committed: longCommit?.committed.length ?? 0, heldMs: longCommit?.heldMs ?? null, undelivered: result.lateUndelivered },
     failover: { silenced, resumedMs: result.failoverResumedMs },
     workerCrashes: crashes, workersHungAtStop: hungAtStop, drainMs, totalMs: Date.now() - started,
   };

@@ -45,6 +45,13 @@ export interface ChaosSummary {
     stuckJobs: number;
     discardedJobs: number;
   };
+  /** The transaction held open through the first half of the faults (run.ts, openLongTransaction). */
+  longTransaction: {
+    /** Events it committed: 0 when it did not commit, and the run did not test events that become visible late. */
+    committed: number;
+    /** Of those, the ones without their transactional effect or their plain one. */
+    undelivered: number;
+  };
   failover: {
     /** Worker connections the failover left silent: 0 means it was not staged. */
     silenced: number;
@@ -68,6 +75,8 @@ export function failures(s: ChaosSummary): string[] {
     discarded > 0 && `${discarded} jobs discarded`,
     s.lean.lost > 0 && `${s.lean.lost} lean events lost`,
     ...leanPathGaps(s.lean),
+    s.longTransaction.committed === 0 && 'the long transaction committed no events: the run did not test events that become visible late',
+    s.longTransaction.undelivered > 0 && `${s.longTransaction.undelivered} events of the long transaction not delivered`,
     ...failoverGaps(s.failover),
     s.workerCrashes > 0 && `${s.workerCrashes} workers crashed`,
     s.workersHungAtStop > 0 && `${s.workersHungAtStop} workers did not stop on SIGTERM`,
