@@ -162,6 +162,17 @@ describe('PGlite data directory lock', () => {
     expect(readdirSync(closed)).toEqual([]);
   });
 
+  it('a bus stopped before it used its directory (PGlite still loading) frees it, and the directory opens again', async () => {
+    const dir = tempDir();
+    const first = createBus({ database: { pglite: dir }, events });
+    expect(readFileSync(join(dir, 'rea.lock'), 'utf8').trim()).toBe(String(process.pid));
+    await first.stop();
+    expect(existsSync(join(dir, 'rea.lock'))).toBe(false);
+    const bus = open(dir);
+    await bus.migrate();
+    expect(await bus.driver.query('select count(*)::int as n from rea.migrations')).toMatchObject({ rows: [{ n: expect.any(Number) }] });
+  }, CHILD_TEST_MS);
+
   it('in-memory PGlite takes no lock', async () => {
     const a = open('memory://');
     const b = open('memory://');

@@ -1,6 +1,5 @@
 // The embedded driver: PostgreSQL compiled to WASM, in-process. It reuses the PostgreSQL SQL.
 // PGlite is one connection, so rea's transactions and the application's queue behind each other.
-import { PGlite } from '@electric-sql/pglite';
 import type { Driver, DriverCapabilities, MigrationStatus, Queryable, TransactionOptions } from '../../driver/types.js';
 import { unwrapPGliteTransaction } from '../../tx/pglite.js';
 import { ABORTED_TRANSACTION, TransactionError } from '../../core/errors.js';
@@ -12,6 +11,12 @@ import { PostgresOperationsExecutor } from '../postgres/executor-operations.js';
 import { postgresStatements } from '../postgres/sql.js';
 import type { PGliteDatabase } from './database.js';
 import { lockDataDir, pgliteDirOnDisk, type DataDirLock } from './lock.js';
+
+/**
+ * PGlite's module, imported when a driver opens a database of its own, not with rea: it took
+ * ~50 ms and ~6 MB of every process that imported rea, those on PostgreSQL included.
+ */
+const loadPGlite = async () => (await import('@electric-sql/pglite')).PGlite;
 
 /** What PGlite throws when its COMMIT was answered with ROLLBACK (the transaction had aborted). */
 const PGLITE_ROLLED_BACK = 'Transaction was rolled back instead of committed';
@@ -32,7 +37,10 @@ export class PGliteDriver implements Driver {
   readonly admin: PostgresAdminExecutor;
   readonly webhooks: PostgresWebhookExecutor;
   readonly operations: PostgresOperationsExecutor;
-  private readonly db: PGliteDatabase;
+  /** The database once open (at once for one the application owns). */
+  private db: PGliteDatabase | undefined;
+  /** The database, once PGlite's module is loaded and the instance made; rejects as that failed. */
+  private readonly ready: Promise<PGliteDatabase>;
   private readonly ownsDb: boolean;
   /** The data directory's lock, when this driver opened one on disk. */
   private readonly lock: DataDirLock | undefined;
@@ -48,41 +56,45 @@ export class PGliteDriver implements Driver {
       // Before PGlite opens the files: a second opener is refused here, having touched nothing.
       const dir = pgliteDirOnDisk(options.database);
       this.lock = dir === null ? undefined : lockDataDir(dir);
-      try {
-        this.db = new PGlite(options.database);
-      } catch (err) {
-        this.lock?.release();
-        throw err;
-      }
+      const database = options.database;
+      this.ready = loadPGlite().then((PGlite) => (this.db = new PGlite(database)));
+      // Opening failed: the directory is free again (the error reaches the first call that needs the database).
+      this.ready.catch(() => this.lock?.release());
       this.ownsDb = true;
     } else {
       this.db = options.database;
+      this.ready = Promise.resolve(options.database);
       this.ownsDb = false;
     }
-    const pool: Queryable = { query: (text, params) => this.db.query(text, params) as never };
+    const pool: Queryable = { query: async (text, params) => (this.db ?? (await this.ready)).query(text, params) as never };
     this.executor = new PostgresExecutor(pool, this.sql);
     this.admin = new PostgresAdminExecutor(pool, quoteSchema(options.schema));
     this.webhooks = new PostgresWebhookExecutor(pool, quoteSchema(options.schema));
     this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema), (fn) => this.transaction(fn));
   }
 
-  migrate(): Promise<{ applied: number[]; newer: number[] }> {
-    return this.db.transaction((tx) => runMigrations(tx as unknown as Queryable, (text) => tx.exec(text), this.schema, this.where));
+  /** The database, once open. */
+  private open(): Promise<PGliteDatabase> {
+    return this.db ? Promise.resolve(this.db) : this.ready;
   }
 
-  checkMigrated(): Promise<{ newer: number[] }> {
-    return checkMigrated(this.db as unknown as Queryable, this.schema, this.where);
+  async migrate(): Promise<{ applied: number[]; newer: number[] }> {
+    return (await this.open()).transaction((tx) => runMigrations(tx as unknown as Queryable, (text) => tx.exec(text), this.schema, this.where));
   }
 
-  migrationStatus(): Promise<MigrationStatus> {
-    return migrationStatus(this.db as unknown as Queryable, this.schema, this.where);
+  async checkMigrated(): Promise<{ newer: number[] }> {
+    return checkMigrated((await this.open()) as unknown as Queryable, this.schema, this.where);
+  }
+
+  async migrationStatus(): Promise<MigrationStatus> {
+    return migrationStatus((await this.open()) as unknown as Queryable, this.schema, this.where);
   }
 
   async transaction<T>(fn: (q: Queryable, raw: unknown) => Promise<T>, options?: TransactionOptions): Promise<T> {
     // options.aborted needs nothing here: a statement runs on this thread, so none is still
     // running when an abort is seen, and PGlite closes `tx` (a late write through it fails) as
     // it rolls back. A slow statement holds the whole process, its timeout included, until it ends.
-    return this.db.transaction(async (tx) => {
+    return (await this.open()).transaction(async (tx) => {
       const result = await fn(tx as unknown as Queryable, tx);
       // In-process, a round trip costs nothing: pending events (if any) are simply inserted.
       const pending = options?.pendingEvents?.() ?? [];
@@ -99,7 +111,7 @@ export class PGliteDriver implements Driver {
   }
 
   async execScript(sql: string): Promise<void> {
-    await this.db.transaction((tx) => tx.exec(sql));
+    await (await this.open()).transaction((tx) => tx.exec(sql));
   }
 
   unwrapTransaction(tx: unknown, caller: string): Queryable {
@@ -107,7 +119,7 @@ export class PGliteDriver implements Driver {
   }
 
   async query<R>(text: string, params?: unknown[]) {
-    const res = await this.db.query<R>(text, params);
+    const res = await (await this.open()).query<R>(text, params);
     return { rows: res.rows };
   }
 
@@ -120,19 +132,22 @@ export class PGliteDriver implements Driver {
   }
 
   async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
-    const unlisten = await this.db.listen(channel, onNotify);
+    const db = await this.open();
+    const unlisten = await db.listen(channel, onNotify);
     return async () => {
-      if (!this.db.closed) await unlisten();
+      if (!db.closed) await unlisten();
     };
   }
 
   async notify(channel: string, payload: string): Promise<void> {
-    await this.db.query(this.sql.notify, [channel, payload]);
+    await (await this.open()).query(this.sql.notify, [channel, payload]);
   }
 
   async close(): Promise<void> {
     try {
-      if (this.ownsDb && !this.db.closed) await this.db.close();
+      // One still opening is closed once open (one that failed to open has nothing to close).
+      const db = this.ownsDb ? await this.ready.catch(() => undefined) : undefined;
+      if (db && !db.closed) await db.close();
     } finally {
       this.lock?.release();
     }
