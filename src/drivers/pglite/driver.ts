@@ -42,8 +42,8 @@ export class PGliteDriver implements Driver {
   /** The database, once PGlite's module is loaded and the instance made; rejects as that failed. */
   private readonly ready: Promise<PGliteDatabase>;
   private readonly ownsDb: boolean;
-  /** The data directory's lock, when this driver opened one on disk. */
-  private readonly lock: DataDirLock | undefined;
+  /** The data directory's lock, while this driver holds one on disk. */
+  private lock: DataDirLock | undefined;
   private readonly sql: ReturnType<typeof postgresStatements>;
   /** The database, for error messages. */
   private readonly where: string;
@@ -59,7 +59,7 @@ export class PGliteDriver implements Driver {
       const database = options.database;
       this.ready = loadPGlite().then((PGlite) => (this.db = new PGlite(database)));
       // Opening failed: the directory is free again (the error reaches the first call that needs the database).
-      this.ready.catch(() => this.lock?.release());
+      this.ready.catch(() => this.releaseLock());
       this.ownsDb = true;
     } else {
       this.db = options.database;
@@ -71,6 +71,16 @@ export class PGliteDriver implements Driver {
     this.admin = new PostgresAdminExecutor(pool, quoteSchema(options.schema));
     this.webhooks = new PostgresWebhookExecutor(pool, quoteSchema(options.schema));
     this.operations = new PostgresOperationsExecutor(pool, options.schema, quoteSchema(options.schema), (fn) => this.transaction(fn));
+  }
+
+  /**
+   * Once only: a lock released when opening failed is no longer this driver's, and the next bus
+   * of this process to open the directory holds one under the same path.
+   */
+  private releaseLock(): void {
+    const lock = this.lock;
+    this.lock = undefined;
+    lock?.release();
   }
 
   /** The database, once open. */
@@ -149,7 +159,7 @@ export class PGliteDriver implements Driver {
       const db = this.ownsDb ? await this.ready.catch(() => undefined) : undefined;
       if (db && !db.closed) await db.close();
     } finally {
-      this.lock?.release();
+      this.releaseLock();
     }
   }
 }
