@@ -11,7 +11,6 @@ import { errorResponse, forbidden, HttpError, localPath, readBody, redirect, sec
 import { layout, html, type PageContext } from './html.js';
 import { AdminMetrics } from './metrics.js';
 import type { AdminBus, Route, RouteContext, RouteResult } from './route.js';
-import { routes as allRoutes } from './routes/index.js';
 
 export interface AdminHandlerOptions {
   /** Credentials: `{ token }` (bearer, or basic with the token as password), `{ username, password }`
@@ -45,6 +44,16 @@ interface Compiled {
   segments: string[];
 }
 
+/**
+ * The route table, imported on the first request rather than with rea: its ~30 modules (each
+ * route's schemas are built as it loads) are of no use to a process that serves no panel.
+ */
+let routeTable: Promise<Compiled[]> | undefined;
+function loadRoutes(): Promise<Compiled[]> {
+  return (routeTable ??= import('./routes/index.js').then(({ routes }) =>
+    routes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }))));
+}
+
 export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions = {}): AdminHandler {
   if (!bus || typeof bus.overview !== 'function') throw new OptionsError('bus', 'pass a bus created with createBus()');
   checkOptionKeys(options);
@@ -55,7 +64,8 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
   const leaderGraceMs = checkNumber('leaderGraceMs', options.leaderGraceMs, 30_000);
   const refreshS = checkRefresh(options.refreshSeconds);
   const metrics = new AdminMetrics(bus, checkBoolean('processMetrics', options.processMetrics, true));
-  const compiled: Compiled[] = allRoutes.map((route) => ({ route, segments: route.path.split('/').filter(Boolean) }));
+  // Loading from now on, so that the first request seldom waits for it.
+  void loadRoutes().catch(() => {});
 
   async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const nonce = randomBytes(16).toString('base64');
@@ -78,6 +88,7 @@ export function createAdminHandler(bus: AdminBus, options: AdminHandlerOptions =
     }
 
     const method = (req.method ?? 'GET').toUpperCase();
+    const compiled = await loadRoutes();
     const match = findRoute(compiled, method === 'HEAD' ? 'GET' : method, path);
     if (!match) {
       const allowed = compiled.filter((c) => matchSegments(c.segments, path)).map((c) => c.route.method);
