@@ -20,6 +20,8 @@ export interface ThroughputResult {
   serverCpuUsPerJob: number | null;
   /** The worker process's own CPU (user + system) per job while it worked (µs). */
   workerCpuUsPerJob: number;
+  /** Of that, its threads' other than the main one (V8's compiler and collector helpers), per job (µs); null without /proc. */
+  workerThreadsCpuUsPerJob: number | null;
   /** From starting the worker to its first handler call (ms). */
   firstJobMs: number;
   /** The rate from the moment a tenth of the jobs had been handled until all were complete. */
@@ -58,7 +60,7 @@ export async function throughput(system: System, schema: string, n: number, conc
   const peak = Math.max(msg.rssPeakBytes, msg.vmHwmBytes ?? 0);
   return { jobsPerSec: n / (msg.elapsedMs / 1000), elapsedMs: msg.elapsedMs, peakRssMB: peak / 1e6, rssGrowthMB: (peak - msg.rssAtStartBytes) / 1e6,
     serverCpuUsPerJob: cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) * 1e6) / n : null,
-    workerCpuUsPerJob: msg.workerCpuUs / n, firstJobMs: msg.firstJobMs, afterWarmupJobsPerSec: msg.afterWarmupJobsPerSec };
+    workerCpuUsPerJob: msg.workerCpuUs / n, workerThreadsCpuUsPerJob: msg.otherThreadsCpuUs === null ? null : msg.otherThreadsCpuUs / n, firstJobMs: msg.firstJobMs, afterWarmupJobsPerSec: msg.afterWarmupJobsPerSec };
 }
 
 export interface LatencyResult {
