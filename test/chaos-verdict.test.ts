@@ -6,6 +6,7 @@ function clean(): ChaosSummary {
   return {
     lost: 0, duplicateEffects: 0, stuckJobs: 0, discardedJobs: 0, workerCrashes: 0, workersHungAtStop: 0,
     lean: { lost: 0, deliveredInline: 900, inlineBeforeRestart: 300, inlineAfterRestart: 600, stuckJobs: 0, discardedJobs: 0 },
+    webhooks: { stored: 700, lost: 0, rejected: 0 },
     longTransaction: { committed: 50, undelivered: 0 },
     failover: { silenced: 14, resumedMs: { 'relay round': 3400, 'lean relay round': 3200, 'claim and completion': 4400, 'plain handler\'s write': 3500 } },
   };
@@ -56,6 +57,14 @@ describe('chaos verdict', () => {
       'no relay round after the failover',
       `the first claim and completion came 25000 ms after the failover (at most ${FAILOVER_RECOVERY_MAX_MS} expected)`,
     ]);
+  });
+
+  it('every event of the webhook\'s type must reach the receiver, each delivery signed, and some must have been recorded', () => {
+    expect(failures({ ...clean(), webhooks: { stored: 700, lost: 2, rejected: 0 } })).toEqual(['2 webhook events never delivered']);
+    expect(failures({ ...clean(), webhooks: { stored: 700, lost: 0, rejected: 1 } })).toEqual(['1 webhook deliveries with a bad signature']);
+    expect(failures({ ...clean(), webhooks: { stored: 0, lost: 0, rejected: 0 } }))
+      .toEqual(['no event of the webhook\'s type was stored: the run did not test webhook deliveries']);
+    expect(failures({ ...clean(), webhooks: { stored: 1, lost: 0, rejected: 0 } })).toEqual([]);
   });
 
   it('the long transaction must have committed its events, and each of them must have been delivered', () => {

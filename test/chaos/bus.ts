@@ -1,14 +1,15 @@
 // The bus the chaos workers run (`rea run` on its build, test/chaos/.build/bus.js): one
-// transactional handler that counts each event in the same transaction as its completion, one plain
-// handler that appends.
+// transactional handler that counts each chaos.tick in the same transaction as its completion, one
+// plain handler that appends; chaos.hook events go to the runner's webhook endpoint alone, on
+// loopback (allowPrivateNetworks).
 import { createBus, defineEvents } from 'rea';
 import { z } from 'zod';
 import { schema, workerOptions } from './worker-options.js';
 
-export const events = defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) });
+export const events = defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }), 'chaos.hook': z.object({ seq: z.number().int() }) });
 
 // Inline delivery is on (workerOptions): the append handler runs in relay rounds when it can.
-export const bus = createBus({ ...workerOptions, events });
+export const bus = createBus({ ...workerOptions, events, webhooks: { allowPrivateNetworks: true } });
 
 bus.on('chaos.tick', 'counter', async (event, ctx) => {
   await ctx.tx!.query(

@@ -15,6 +15,10 @@
 // commits, behind thousands of newer ones, and must be delivered like any other; meanwhile its
 // transaction id holds back PostgreSQL's xmin horizon, so none of the run's dead rows is vacuumed.
 //
+// The main group's workers also deliver webhooks: ~20 events/s of a type no handler takes go to an
+// endpoint served by this process (startReceiver), which checks every delivery's signature. Each
+// such event must reach it at least once, and none with a bad signature.
+//
 // The workers reach PostgreSQL through a proxy (test/chaos/proxy.ts). After the last kill it stages
 // a failover: every connection they hold goes silent, neither answering nor closing, as when a
 // server's address moves to a new primary. Each worker must notice within its deadline
@@ -27,6 +31,8 @@
 // deployment runs them. Under the tsx loader each of the full mode's 50 restarts cost ~1 s more of
 // CPU, on a machine of two cores the workers share with PostgreSQL and the producers.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -34,7 +40,7 @@ import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { pino } from 'pino';
-import { createBus, defineEvents, type Logger } from '../../src/index.js';
+import { createBus, defineEvents, verifyPayload, type Logger } from '../../src/index.js';
 import { z } from 'zod';
 import { failures, type FailoverStage } from './verdict.js';
 
@@ -47,6 +53,13 @@ const RATE = 500;
 const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
+/**
+ * Events a second of the type only a webhook endpoint takes (startReceiver). A delivery costs far
+ * more than a handler's job (an HTTP request, its signature, an attempt row), and the two cores
+ * are already saturated while the faults run (the ticks' producer reaches ~230/s of its 500, one
+ * short run here): at 20/s the ticks made ~200/s.
+ */
+const HOOK_RATE = 20;
 /** How long the producers go on after the failover: the events the workers must deliver over new connections. */
 const AFTER_FAILOVER_MS = 4000;
 /** Events recorded by the transaction held open through the first half of the faults (openLongTransaction). */
@@ -221,6 +234,37 @@ async function openLongTransaction(bus: ReturnType<typeof createBus<any>>, type:
   };
 }
 
+/**
+ * The webhook endpoint of the main group: counts, by event id, the deliveries whose Standard
+ * Webhooks signature verifies with the endpoint's secret (set once the endpoint exists), and the
+ * ones that do not (answered 401, so rea would try them again).
+ */
+async function startReceiver() {
+  const state = {
+    url: '', secret: '', received: new Map<string, number>(), rejected: 0,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString('utf8');
+      if (!state.secret || !verifyPayload({ headers: req.headers, body, secrets: [state.secret] })) {
+        state.rejected++;
+        return void res.writeHead(401).end();
+      }
+      const id = (JSON.parse(body) as { id: string }).id;
+      state.received.set(id, (state.received.get(id) ?? 0) + 1);
+      res.writeHead(204).end();
+    });
+  });
+  // Keep-alive sockets of killed workers must not hold close() up at the end.
+  server.keepAliveTimeout = 1000;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/chaos`;
+  return state;
+}
+
 async function main(): Promise<void> {
   const started = Date.now();
   await withClient(`${BASE_URL}/postgres`, async (c) => {
@@ -230,8 +274,17 @@ async function main(): Promise<void> {
   const logger = pino({ level: process.env.REA_LOG_LEVEL ?? 'error' }) as unknown as Logger;
   // The producers record only; workers in child processes do the delivering.
   const producer = createBus({
-    database: { postgres: URL_, poolSize: 8 }, schema, events: defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) }),
+    database: { postgres: URL_, poolSize: 8 }, schema,
+    events: defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) }),
     relay: { enabled: false }, worker: { enabled: false }, logger,
+  });
+  // The webhook's events, on the main group's schema, through a pool of their own (sharing the
+  // ticks' pool, they slowed those to less than half their rate).
+  const hookProducer = createBus({
+    database: { postgres: URL_, poolSize: 2 }, schema, events: defineEvents({ 'chaos.hook': z.object({ seq: z.number().int() }) }),
+    relay: { enabled: false }, worker: { enabled: false }, logger,
+    // Its endpoint is this process's receiver, on loopback (refused by default, as the workers' deliveries).
+    webhooks: { allowPrivateNetworks: true },
   });
   const leanProducer = createBus({
     database: { postgres: URL_, poolSize: 4 }, schema: leanSchema, events: defineEvents({ 'chaos.lean': z.object({ seq: z.number().int() }) }),
@@ -243,6 +296,8 @@ async function main(): Promise<void> {
     create table "${schema}".chaos_counts (event_id uuid primary key, n int not null);
     create table "${schema}".chaos_appends (event_id uuid not null, at timestamptz not null default clock_timestamp());
     create table "${leanSchema}".chaos_marks (event_id uuid not null);`));
+  const receiver = await startReceiver();
+  receiver.secret = (await hookProducer.endpoints.create({ url: receiver.url, eventTypes: ['chaos.hook'], description: 'chaos receiver' })).secret;
 
   const proxy = await startProxy(URL_);
   const workers: ChildProcess[] = [];
@@ -251,8 +306,10 @@ async function main(): Promise<void> {
   // backlog, fanned out to job rows, not the inline rounds the lean group is there for.
   await Promise.race([Promise.all(workers.map((w) => readiness.get(w))), sleep(60_000).then(() => { throw new Error('the workers did not start within 60 s'); })]);
 
+  const produceStarted = Date.now();
   const ticks = produce(producer, 'chaos.tick', RATE);
   const leans = produce(leanProducer, 'chaos.lean', LEAN_RATE);
+  const hooks = produce(hookProducer, 'chaos.hook', HOOK_RATE);
   const acknowledged = ticks.acknowledged;
   const longTransaction = await openLongTransaction(producer, 'chaos.tick');
   let longCommit: { committed: string[]; heldMs: number } | undefined;
@@ -304,9 +361,9 @@ async function main(): Promise<void> {
   const failedOverAt = new Date();
   log(`failover: ${silenced} worker connections left silent; new ones reach the server`);
   await sleep(AFTER_FAILOVER_MS);
-  await Promise.all([ticks.stop(), leans.stop()]);
+  await Promise.all([ticks.stop(), leans.stop(), hooks.stop()]);
   const produceEnded = Date.now();
-  log(`producers stopped: ${acknowledged.size} + ${leans.acknowledged.size} (lean) acknowledged, ${ticks.ambiguous + leans.ambiguous} failed or ambiguous commits`);
+  log(`producers stopped: ${acknowledged.size} + ${leans.acknowledged.size} (lean) acknowledged, ${ticks.ambiguous + leans.ambiguous} failed or ambiguous commits; ${hooks.acknowledged.size} for the webhook`);
 
   // Drain.
   const stats = async () => withClient(URL_, async (c) => {
@@ -343,16 +400,18 @@ async function main(): Promise<void> {
 
   const result = await withClient(URL_, async (c) => {
     const q = async <K extends string>(sql: string) => (await c.query(sql)).rows[0] as Record<K, number>;
-    const stored = await q<'n'>(`select count(*)::int as n from "${schema}".events`);
+    // The handlers take chaos.tick alone (chaos.hook goes to the webhook endpoint: below).
+    const stored = await q<'n'>(`select count(*)::int as n from "${schema}".events where type = 'chaos.tick'`);
     const counts = await q<'missing_counter' | 'duplicate_counter'>(`select
       count(*) filter (where c.n is null)::int as missing_counter,
       count(*) filter (where c.n > 1)::int as duplicate_counter
-      from "${schema}".events e left join "${schema}".chaos_counts c on c.event_id = e.id`);
+      from "${schema}".events e left join "${schema}".chaos_counts c on c.event_id = e.id where e.type = 'chaos.tick'`);
     const appends = await q<'missing_append' | 'redelivered'>(`select
       count(*) filter (where a.k is null)::int as missing_append,
       coalesce(sum(a.k - 1) filter (where a.k > 1), 0)::int as redelivered
       from "${schema}".events e
-      left join (select event_id, count(*)::int as k from "${schema}".chaos_appends group by event_id) a on a.event_id = e.id`);
+      left join (select event_id, count(*)::int as k from "${schema}".chaos_appends group by event_id) a on a.event_id = e.id
+      where e.type = 'chaos.tick'`);
     const stuck = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state in ('running', 'available', 'retryable')`);
     const discarded = await q<'n'>(`select count(*)::int as n from "${schema}".jobs where state = 'discarded'`);
     // Appends made inline, in relay rounds (no job row): the run covers that path too.
@@ -408,6 +467,18 @@ async function main(): Promise<void> {
     return { ...marks, ...jobs, lostAcknowledged, inlineBeforeRestart: sides?.before ?? null, inlineAfterRestart: sides?.after ?? null };
   });
 
+  // The webhook's events: each stored one received with a valid signature at least once, and none
+  // acknowledged that was not stored.
+  const webhooks = await withClient(URL_, async (c) => {
+    const stored = (await c.query(`select id::text as id from "${schema}".events where type = 'chaos.hook'`)).rows.map((r) => r.id as string);
+    const storedIds = new Set(stored);
+    const lostAcknowledged = [...hooks.acknowledged].filter((id) => !storedIds.has(id)).length;
+    const undelivered = stored.filter((id) => !receiver.received.has(id)).length;
+    let redelivered = 0;
+    for (const n of receiver.received.values()) redelivered += n - 1;
+    return { acknowledged: hooks.acknowledged.size, ambiguousCommits: hooks.ambiguous, stored: stored.length, lost: lostAcknowledged + undelivered, redelivered, rejected: receiver.rejected };
+  });
+
   const lost = result.lostAcknowledged + result.missing_counter + result.missing_append;
   const leanLost = lean.lostAcknowledged + lean.missing_mark;
   const summary = {
@@ -421,14 +492,17 @@ async function main(): Promise<void> {
       inlineBeforeRestart: lean.inlineBeforeRestart, inlineAfterRestart: lean.inlineAfterRestart,
       stuckJobs: lean.stuck, discardedJobs: lean.discarded,
     },
+    webhooks,
     longTransaction: { committed: longCommit?.committed.length ?? 0, heldMs: longCommit?.heldMs ?? null, undelivered: result.lateUndelivered },
     failover: { silenced, resumedMs: result.failoverResumedMs },
-    workerCrashes: crashes, workersHungAtStop: hungAtStop, drainMs, totalMs: Date.now() - started,
+    workerCrashes: crashes, workersHungAtStop: hungAtStop, producedMs: produceEnded - produceStarted, drainMs, totalMs: Date.now() - started,
   };
   console.log(JSON.stringify(summary));
   await producer.stop();
   await leanProducer.stop();
+  await hookProducer.stop();
   proxy.close();
+  await receiver.close();
   const reasons = failures(summary);
   if (reasons.length === 0) {
     await withClient(URL_, (c) => c.query(`drop schema "${schema}" cascade; drop schema "${leanSchema}" cascade`));

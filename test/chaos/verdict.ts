@@ -45,6 +45,15 @@ export interface ChaosSummary {
     stuckJobs: number;
     discardedJobs: number;
   };
+  /** The main group's webhook deliveries (run.ts, startReceiver). */
+  webhooks: {
+    /** Events of the webhook's type stored: 0 means the run did not test webhook deliveries. */
+    stored: number;
+    /** Acknowledged but not stored, or stored and never received with a valid signature. */
+    lost: number;
+    /** Deliveries whose signature did not verify. */
+    rejected: number;
+  };
   /** The transaction held open through the first half of the faults (run.ts, openLongTransaction). */
   longTransaction: {
     /** Events it committed: 0 when it did not commit, and the run did not test events that become visible late. */
@@ -75,6 +84,9 @@ export function failures(s: ChaosSummary): string[] {
     discarded > 0 && `${discarded} jobs discarded`,
     s.lean.lost > 0 && `${s.lean.lost} lean events lost`,
     ...leanPathGaps(s.lean),
+    s.webhooks.stored === 0 && 'no event of the webhook\'s type was stored: the run did not test webhook deliveries',
+    s.webhooks.lost > 0 && `${s.webhooks.lost} webhook events never delivered`,
+    s.webhooks.rejected > 0 && `${s.webhooks.rejected} webhook deliveries with a bad signature`,
     s.longTransaction.committed === 0 && 'the long transaction committed no events: the run did not test events that become visible late',
     s.longTransaction.undelivered > 0 && `${s.longTransaction.undelivered} events of the long transaction not delivered`,
     ...failoverGaps(s.failover),
