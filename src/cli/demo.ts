@@ -2,7 +2,6 @@
 // that record events; a warehouse handler reserves stock (transactionally), a flaky SMS handler
 // shows retries and its idempotency key, a search indexer coalesces per order. Exits by itself.
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,7 +11,7 @@ import { createBus } from '../bus.js';
 import { badValue, checkPort, checkWholeNumber } from './settings.js';
 import { defineEvents } from '../core/events.js';
 import { defaultLogger } from '../core/logger.js';
-import { verifyPayload } from '../channels/webhook/signature.js';
+import { startLocalReceiver, type LocalReceiver } from './local-receiver.js';
 import { formatOverview } from './status.js';
 import { listenError, servePanel } from './panel.js';
 import type { AdminBus } from '../admin/route.js';
@@ -132,7 +131,9 @@ export async function runDemo(options: {
   const out = (s: string) => !options.quiet && process.stdout.write(s);
   let progress: NodeJS.Timeout | undefined;
   let failed = false;
-  let receiver: Awaited<ReturnType<typeof startReceiver>> | undefined;
+  let receiver: LocalReceiver | undefined;
+  /** Distinct webhook-ids the receiver accepted. */
+  const verified = new Set<string>();
   let stopBus: (() => Promise<void>) | undefined;
   try {
     const dir = options.dataDir ?? (tempDir = mkdtempSync(join(tmpdir(), 'rea-demo-')));
@@ -184,7 +185,7 @@ export async function runDemo(options: {
 
     // A partner's webhook receiver: it verifies every delivery's Standard Webhooks signature with
     // the secret it was given once, at endpoint creation, and counts distinct webhook-ids.
-    receiver = await startReceiver();
+    receiver = await startLocalReceiver('/webhooks/rea', (_body, headers) => verified.add(String(headers['webhook-id'])));
     const rx = receiver;
     const endpoint = await b.endpoints.create({ url: rx.url, eventTypes: ['order.paid'], description: 'demo partner (local receiver)' });
     rx.secret = endpoint.secret;
@@ -238,7 +239,7 @@ export async function runDemo(options: {
     const summary: DemoSummary = {
       recorded, fanned: counts.fanned, completed: counts.completed, retried: counts.retried, discarded: discards.length, discards: [...discards],
       smsSent: sent.size, latencyP50Ms: pct(50), latencyP99Ms: pct(99),
-      webhooksVerified: rx.verified.size, webhooksRejected: rx.rejected,
+      webhooksVerified: verified.size, webhooksRejected: rx.rejected,
     };
     if (tty) out(`\r${' '.repeat(100)}\r`);
     out(`\nsummary${interrupted ? ' (interrupted: orders stopped, the rest not drained)' : ''}\n`);
@@ -305,30 +306,6 @@ function describeDiscards(discards: DemoDiscard[]): string {
   const one = (d: DemoDiscard) => `${d.orderNo ? `order ${d.orderNo}` : `event ${d.eventId}`}, ${d.handler}: ${d.error}`;
   const more = discards.length > shown ? `; and ${discards.length - shown} more` : '';
   return ` (${discards.slice(0, shown).map(one).join('; ')}${more})`;
-}
-
-async function startReceiver() {
-  const state = {
-    url: '', secret: '', verified: new Set<string>(), rejected: 0,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8');
-      if (state.secret && verifyPayload({ headers: req.headers, body, secrets: [state.secret] })) {
-        state.verified.add(String(req.headers['webhook-id']));
-        res.writeHead(204).end();
-      } else {
-        state.rejected++;
-        res.writeHead(401).end();
-      }
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/webhooks/rea`;
-  return state;
 }
 
 export function demoCommand(): Command {

@@ -16,7 +16,7 @@
 // transaction id holds back PostgreSQL's xmin horizon, so none of the run's dead rows is vacuumed.
 //
 // The main group's workers also deliver webhooks: ~20 events/s of a type no handler takes go to an
-// endpoint served by this process (startReceiver), which checks every delivery's signature. Each
+// endpoint served by this process (the receiver in main()), which checks every delivery's signature. Each
 // such event must reach it at least once, and none with a bad signature.
 //
 // The workers reach PostgreSQL through a proxy (test/chaos/proxy.ts). After the last kill it stages
@@ -31,8 +31,6 @@
 // deployment runs them. Under the tsx loader each of the full mode's 50 restarts cost ~1 s more of
 // CPU, on a machine of two cores the workers share with PostgreSQL and the producers.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -40,7 +38,8 @@ import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { pino } from 'pino';
-import { createBus, defineEvents, verifyPayload, type Logger } from '../../src/index.js';
+import { startLocalReceiver } from '../../src/cli/local-receiver.js';
+import { createBus, defineEvents, type Logger } from '../../src/index.js';
 import { z } from 'zod';
 import { failures, type FailoverStage } from './verdict.js';
 
@@ -54,7 +53,7 @@ const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
 /**
- * Events a second of the type only a webhook endpoint takes (startReceiver). A delivery costs far
+ * Events a second of the type only a webhook endpoint takes (the receiver in main()). A delivery costs far
  * more than a handler's job (an HTTP request, its signature, an attempt row), and the two cores
  * are already saturated while the faults run (the ticks' producer reaches ~230/s of its 500, one
  * short run here): at 20/s the ticks made ~200/s.
@@ -234,37 +233,6 @@ async function openLongTransaction(bus: ReturnType<typeof createBus<any>>, type:
   };
 }
 
-/**
- * The webhook endpoint of the main group: counts, by event id, the deliveries whose Standard
- * Webhooks signature verifies with the endpoint's secret (set once the endpoint exists), and the
- * ones that do not (answered 401, so rea would try them again).
- */
-async function startReceiver() {
-  const state = {
-    url: '', secret: '', received: new Map<string, number>(), rejected: 0,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8');
-      if (!state.secret || !verifyPayload({ headers: req.headers, body, secrets: [state.secret] })) {
-        state.rejected++;
-        return void res.writeHead(401).end();
-      }
-      const id = (JSON.parse(body) as { id: string }).id;
-      state.received.set(id, (state.received.get(id) ?? 0) + 1);
-      res.writeHead(204).end();
-    });
-  });
-  // Keep-alive sockets of killed workers must not hold close() up at the end.
-  server.keepAliveTimeout = 1000;
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/chaos`;
-  return state;
-}
-
 async function main(): Promise<void> {
   const started = Date.now();
   await withClient(`${BASE_URL}/postgres`, async (c) => {
@@ -296,7 +264,12 @@ async function main(): Promise<void> {
     create table "${schema}".chaos_counts (event_id uuid primary key, n int not null);
     create table "${schema}".chaos_appends (event_id uuid not null, at timestamptz not null default clock_timestamp());
     create table "${leanSchema}".chaos_marks (event_id uuid not null);`));
-  const receiver = await startReceiver();
+  // The main group's webhook endpoint: counts, by event id, the deliveries whose signature verified.
+  const received = new Map<string, number>();
+  const receiver = await startLocalReceiver('/chaos', (body) => {
+    const { id } = JSON.parse(body) as { id: string };
+    received.set(id, (received.get(id) ?? 0) + 1);
+  });
   receiver.secret = (await hookProducer.endpoints.create({ url: receiver.url, eventTypes: ['chaos.hook'], description: 'chaos receiver' })).secret;
 
   const proxy = await startProxy(URL_);
@@ -473,9 +446,9 @@ async function main(): Promise<void> {
     const stored = (await c.query(`select id::text as id from "${schema}".events where type = 'chaos.hook'`)).rows.map((r) => r.id as string);
     const storedIds = new Set(stored);
     const lostAcknowledged = [...hooks.acknowledged].filter((id) => !storedIds.has(id)).length;
-    const undelivered = stored.filter((id) => !receiver.received.has(id)).length;
+    const undelivered = stored.filter((id) => !received.has(id)).length;
     let redelivered = 0;
-    for (const n of receiver.received.values()) redelivered += n - 1;
+    for (const n of received.values()) redelivered += n - 1;
     return { acknowledged: hooks.acknowledged.size, ambiguousCommits: hooks.ambiguous, stored: stored.length, lost: lostAcknowledged + undelivered, redelivered, rejected: receiver.rejected };
   });
 

@@ -45,7 +45,7 @@ export interface ChaosSummary {
     stuckJobs: number;
     discardedJobs: number;
   };
-  /** The main group's webhook deliveries (run.ts, startReceiver). */
+  /** The main group's webhook deliveries (run.ts: its receiver, src/cli/local-receiver.ts). */
   webhooks: {
     /** Events of the webhook's type stored: 0 means the run did not test webhook deliveries. */
     stored: number;
