@@ -16,8 +16,8 @@
 // transaction id holds back PostgreSQL's xmin horizon, so none of the run's dead rows is vacuumed.
 //
 // The main group's workers also deliver webhooks: ~20 events/s of a type no handler takes go to an
-// endpoint served by this process (the receiver in main()), which checks every delivery's signature. Each
-// such event must reach it at least once, and none with a bad signature.
+// endpoint served by this process (src/cli/local-receiver.ts), which checks every delivery's
+// signature. Each such event must reach it at least once, and none with a bad signature.
 //
 // The workers reach PostgreSQL through a proxy (test/chaos/proxy.ts). After the last kill it stages
 // a failover: every connection they hold goes silent, neither answering nor closing, as when a
@@ -53,8 +53,8 @@ const WORKERS = 3;
 const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
 /**
- * Events a second of the type only a webhook endpoint takes (the receiver in main()). A delivery costs far
- * more than a handler's job (an HTTP request, its signature, an attempt row), and the two cores
+ * Events a second of the type only a webhook endpoint takes (its receiver is in main()). A
+ * delivery costs far more than a handler's job (an HTTP request, its signature, an attempt row), and the two cores
  * are already saturated while the faults run (the ticks' producer reaches ~230/s of its 500, one
  * short run here): at 20/s the ticks made ~200/s.
  */
@@ -246,8 +246,8 @@ async function main(): Promise<void> {
     events: defineEvents({ 'chaos.tick': z.object({ seq: z.number().int() }) }),
     relay: { enabled: false }, worker: { enabled: false }, logger,
   });
-  // The webhook's events, on the main group's schema, through a pool of their own (sharing the
-  // ticks' pool, they slowed those to less than half their rate).
+  // The webhook's events, on the main group's schema, through a pool of their own: they neither
+  // wait for the ticks' connections nor take theirs.
   const hookProducer = createBus({
     database: { postgres: URL_, poolSize: 2 }, schema, events: defineEvents({ 'chaos.hook': z.object({ seq: z.number().int() }) }),
     relay: { enabled: false }, worker: { enabled: false }, logger,
