@@ -85,8 +85,8 @@ interface FailureItem {
 
 export class Worker {
   private readonly loop: PollLoop;
-  /** The running jobs' aborts, by job id. */
-  private readonly active = new Map<string, JobAbort>();
+  /** The running jobs' aborts, by job (the object taken: its id would be hashed at every job). */
+  private readonly active = new Map<ClaimedJob, JobAbort>();
   /** stop()'s wait for the running jobs to settle (see idle()). */
   private readonly whenIdle: (() => void)[] = [];
   /** The running jobs' timeouts. */
@@ -120,8 +120,8 @@ export class Worker {
   /** Room reserved for relay rounds in flight (see reserveHandOff), by the hand-off each was given for. */
   private readonly reservations = new Map<FanOutHandOff, Reservation>();
   private accepting = false;
-  /** Jobs of inline rounds, until they settle (see InlineRound). */
-  private readonly inlineOf = new Map<string, InlineRound>();
+  /** Jobs of inline rounds, until they settle (see InlineRound); by the job object, as `active`. */
+  private readonly inlineOf = new Map<ClaimedJob, InlineRound>();
   /**
    * Relay rounds given this worker's room so far (a hand-off reserved, an inline round started): a
    * claim that saw this change while in flight checks its room again.
@@ -447,7 +447,7 @@ export class Worker {
   startInline(jobs: InlineJob[], leasedAt = performance.now()): InlineRound {
     const round = new InlineRound(jobs);
     this.relayRounds++;
-    for (const job of jobs) this.inlineOf.set(job.id, round);
+    for (const job of jobs) this.inlineOf.set(job, round);
     if (this.accepting) this.take(byPriority(jobs), leasedAt);
     else for (const job of jobs) this.settle(job, { kind: 'released' });
     return round;
@@ -471,7 +471,7 @@ export class Worker {
           job, state: failure.state, attempt: failure.refundAttempt ? 0 : 1, scheduledAt: failure.scheduledAt,
           ...(timing ? timingNow(timing) : {}), error: failure.error,
         });
-      } else if (outcome?.kind === 'released' || !this.active.has(job.id)) {
+      } else if (outcome?.kind === 'released' || !this.active.has(job)) {
         if (!outcome) unstarted.add(job.id);
         rows.push({ job, state: 'available', attempt: 0, scheduledAt: null, error: null });
       } else {
@@ -483,7 +483,7 @@ export class Worker {
       this.buffer = this.buffer.filter(({ job }) => {
         if (!unstarted.has(job.id)) return true;
         this.buffered.add(job, -1);
-        this.inlineOf.delete(job.id);
+        this.inlineOf.delete(job);
         return false;
       });
     }
@@ -529,11 +529,11 @@ export class Worker {
 
   /** Where an outcome goes: to its inline round, or to the batch that writes it. */
   private settle(job: ClaimedJob, outcome: InlineOutcome): void {
-    const round = this.inlineOf.get(job.id);
+    const round = this.inlineOf.get(job);
     if (round) {
       const to = round.settle(job as InlineJob, outcome);
       if (to !== 'row') {
-        if (outcome.kind === 'released' && to === 'held') this.inlineOf.delete(job.id);
+        if (outcome.kind === 'released' && to === 'held') this.inlineOf.delete(job);
         return;
       }
     }
@@ -669,7 +669,7 @@ export class Worker {
   private execute(job: ClaimedJob, channel: JobChannel): void {
     const abort = new JobAbort();
     this.running.add(job, 1);
-    this.active.set(job.id, abort);
+    this.active.set(job, abort);
     const started = performance.now();
     const scope = new JobTraceScope(job.event.traceId, job.event.id, job.target, job.attempt, job.eventSpan);
     // The trace fields go on each line (jobLogLine): they are the span active there.
@@ -714,8 +714,8 @@ export class Worker {
 
   /** A job settled: its slot is free for the next one. */
   private ended(job: ClaimedJob): void {
-    this.active.delete(job.id);
-    this.inlineOf.delete(job.id);
+    this.active.delete(job);
+    this.inlineOf.delete(job);
     this.running.add(job, -1);
     this.noteCompletion();
     this.dispatch();
