@@ -40,9 +40,9 @@ export type InlineState = 'open' | 'closing' | 'committed' | 'failed';
 
 export class InlineRound {
   state: InlineState = 'open';
-  readonly jobs: ReadonlyMap<string, InlineJob>;
-  /** Outcomes while open, by job id. */
-  readonly outcomes = new Map<string, InlineOutcome>();
+  readonly jobs: readonly InlineJob[];
+  /** Outcomes while open, by job (the objects of `jobs`). */
+  readonly outcomes = new Map<InlineJob, InlineOutcome>();
   /** Outcomes that came while closing, for the usual path once the round committed. */
   readonly late: { job: InlineJob; outcome: InlineOutcome }[] = [];
   private wake: (() => void) | undefined;
@@ -50,7 +50,7 @@ export class InlineRound {
   private cut = false;
 
   constructor(jobs: readonly InlineJob[]) {
-    this.jobs = new Map(jobs.map((j) => [j.id, j]));
+    this.jobs = jobs;
   }
 
   /**
@@ -61,8 +61,8 @@ export class InlineRound {
   settle(job: InlineJob, outcome: InlineOutcome): 'held' | 'row' | 'void' {
     switch (this.state) {
       case 'open':
-        this.outcomes.set(job.id, outcome);
-        if (this.outcomes.size === this.jobs.size) this.wake?.();
+        this.outcomes.set(job, outcome);
+        if (this.outcomes.size === this.jobs.length) this.wake?.();
         return 'held';
       case 'closing':
         this.late.push({ job, outcome });
@@ -82,7 +82,7 @@ export class InlineRound {
 
   /** Resolves once every job has an outcome, or after ms, or at stopWaiting(). */
   wait(ms: number): Promise<void> {
-    if (this.cut || this.outcomes.size === this.jobs.size) return Promise.resolve();
+    if (this.cut || this.outcomes.size === this.jobs.length) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const timer = setTimeout(done, ms);
       function done() {

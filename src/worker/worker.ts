@@ -462,8 +462,8 @@ export class Worker {
     round.state = 'closing';
     const rows: InlineJobRow[] = [];
     const unstarted = new Set<string>();
-    for (const job of round.jobs.values()) {
-      const outcome = round.outcomes.get(job.id);
+    for (const job of round.jobs) {
+      const outcome = round.outcomes.get(job);
       if (outcome?.kind === 'succeeded') continue;
       if (outcome?.kind === 'failed') {
         const { failure, timing } = outcome;
@@ -492,8 +492,8 @@ export class Worker {
     const delivered = new Map<string, string[]>();
     if (rows.length > 0) {
       for (const row of rows) delivered.set(row.job.event.id, []);
-      for (const job of round.jobs.values()) {
-        if (round.outcomes.get(job.id)?.kind === 'succeeded') delivered.get(job.event.id)?.push(job.target);
+      for (const job of round.jobs) {
+        if (round.outcomes.get(job)?.kind === 'succeeded') delivered.get(job.event.id)?.push(job.target);
       }
     }
     return { rows, delivered };
@@ -510,7 +510,7 @@ export class Worker {
     round.state = committed ? 'committed' : 'failed';
     if (!committed) {
       if (round.outcomes.size + round.late.length > 0) {
-        this.deps.log.debug({ jobs: round.jobs.size }, 'inline round did not commit; its events will be delivered again');
+        this.deps.log.debug({ jobs: round.jobs.length }, 'inline round did not commit; its events will be delivered again');
       }
       for (const outcome of [...round.outcomes.values(), ...round.late.map((l) => l.outcome)]) {
         if (outcome.kind === 'failed') {
@@ -519,10 +519,9 @@ export class Worker {
       }
       return;
     }
-    for (const [id, outcome] of round.outcomes) {
-      const job = round.jobs.get(id)!;
+    for (const [job, outcome] of round.outcomes) {
       if (outcome.kind === 'succeeded') this.emitCompleted({ job, durationMs: outcome.durationMs });
-      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded, retryAt?.get(id) ?? null, outcome.log);
+      else if (outcome.kind === 'failed') this.emitFailed(job, outcome.failure, outcome.discarded, retryAt?.get(job.id) ?? null, outcome.log);
     }
     for (const { job, outcome } of round.late) this.settle(job, outcome);
   }
@@ -929,7 +928,9 @@ export class MissingEventError extends Error {
  * sort is stable, so each priority keeps its events' order. Most rounds have one priority: no sort.
  */
 function byPriority(jobs: InlineJob[]): InlineJob[] {
-  const first = jobs[0]?.priority;
+  // Not jobs[0] of an empty round: a read past the end deoptimised startInline.
+  if (jobs.length < 2) return jobs;
+  const first = jobs[0]!.priority;
   if (jobs.every((j) => j.priority === first)) return jobs;
   return [...jobs].sort((a, b) => a.priority - b.priority);
 }
