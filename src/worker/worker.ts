@@ -85,7 +85,7 @@ interface FailureItem {
 
 export class Worker {
   private readonly loop: PollLoop;
-  /** The running jobs' aborts, by job (the object taken: its id would be hashed at every job). */
+  /** The running jobs' aborts, by job (the object this worker took). */
   private readonly active = new Map<ClaimedJob, JobAbort>();
   /** stop()'s wait for the running jobs to settle (see idle()). */
   private readonly whenIdle: (() => void)[] = [];

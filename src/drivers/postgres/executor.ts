@@ -297,8 +297,8 @@ type HandedEvent = [string, string, string | null, unknown, string | null, strin
  * A round's handed events by id: in a function of its own, and by index rather than destructuring
  * each (the iterator protocol). Inside fanOutResult, as a `for … of`, V8 deoptimised and compiled
  * fanOutResult three or four times in a figure-1 run (~100 ms of compile jobs on its background
- * threads, of ~400); twice since, and the worker's background CPU ~1.5 µs a job lower (six
- * alternated pairs).
+ * threads, of ~400); twice since. Measured in balanced order: the worker's background CPU ~1.6 µs
+ * a job lower, the rate unchanged (docs/fan-out-cursor.md).
  */
 function handedEvents(handed: HandedEvent[] | null): Map<string, { event: ClaimedJob['event']; span: EventSpan | null }> {
   const events = new Map<string, { event: ClaimedJob['event']; span: EventSpan | null }>();
