@@ -461,7 +461,7 @@ export class Worker {
   closeInline(round: InlineRound): { rows: InlineJobRow[]; delivered: Map<string, string[]> } {
     round.state = 'closing';
     const rows: InlineJobRow[] = [];
-    const unstarted = new Set<string>();
+    const unstarted = new Set<ClaimedJob>();
     for (const job of round.jobs) {
       const outcome = round.outcomes.get(job);
       if (outcome?.kind === 'succeeded') continue;
@@ -472,7 +472,7 @@ export class Worker {
           ...(timing ? timingNow(timing) : {}), error: failure.error,
         });
       } else if (outcome?.kind === 'released' || !this.active.has(job)) {
-        if (!outcome) unstarted.add(job.id);
+        if (!outcome) unstarted.add(job);
         rows.push({ job, state: 'available', attempt: 0, scheduledAt: null, error: null });
       } else {
         rows.push({ job, state: 'running', attempt: 1, scheduledAt: null, error: null });
@@ -481,7 +481,7 @@ export class Worker {
     if (unstarted.size > 0) {
       // Still in the buffer: out of it, to the queue (its row is 'available').
       this.buffer = this.buffer.filter(({ job }) => {
-        if (!unstarted.has(job.id)) return true;
+        if (!unstarted.has(job)) return true;
         this.buffered.add(job, -1);
         this.inlineOf.delete(job);
         return false;

@@ -300,9 +300,9 @@ type HandedEvent = [string, string, string | null, unknown, string | null, strin
  * threads, of ~400); twice since. Measured in balanced order: the worker's background CPU ~1.6 µs
  * a job lower, the rate unchanged (docs/fan-out-cursor.md).
  */
-function handedEvents(handed: HandedEvent[] | null): Map<string, { event: ClaimedJob['event']; span: EventSpan | null }> {
+function handedEvents(handed: HandedEvent[] | null | undefined): Map<string, { event: ClaimedJob['event']; span: EventSpan | null }> {
   const events = new Map<string, { event: ClaimedJob['event']; span: EventSpan | null }>();
-  if (handed === null) return events;
+  if (handed == null) return events;
   for (let i = 0; i < handed.length; i++) {
     const h = handed[i]!;
     events.set(h[0], {
@@ -315,7 +315,7 @@ function handedEvents(handed: HandedEvent[] | null): Map<string, { event: Claime
 
 /** One row of a fan-out statement (every variant returns the same columns) as a FanOutResult. */
 function fanOutResult(row: Row, inline: boolean): FanOutResult {
-  const events = handedEvents(row.handed_events as HandedEvent[] | null);
+  const events = handedEvents(row.handed_events as HandedEvent[] | null | undefined);
   const handedOff = (row.handed_off as Row[]).map((r): ClaimedJob => {
     const e = events.get(r.event_id)!;
     return {
