@@ -69,6 +69,10 @@ export interface LatencyResult {
   p99: number;
   max: number;
   achievedRate: number;
+  /** PostgreSQL's CPU (all its processes) per measured job, from the first measured send until every job was handled; null where /proc has none. */
+  serverCpuUsPerJob: number | null;
+  /** This process's CPU (producer and worker: user + system) per measured job, over the same span. */
+  processCpuUsPerJob: number;
 }
 
 /**
@@ -130,7 +134,14 @@ export async function latency(system: System, schema: string, n: number, rate: n
   const interval = 1000 / rate;
   const tWarm = nowMs();
   const sends: Promise<void>[] = [];
+  // The cost of the rate, taken over the measured jobs alone (as their latency): not the warm-up.
+  let serverCpu0: number | null = null;
+  let processCpu0: NodeJS.CpuUsage | undefined;
   for (let seq = 0; seq < total; seq++) {
+    if (seq === warm) {
+      serverCpu0 = serverCpuSeconds();
+      processCpu0 = process.cpuUsage();
+    }
     const due = tWarm + seq * interval;
     const wait = due - nowMs();
     if (wait > 1) await sleep(wait);
@@ -141,6 +152,8 @@ export async function latency(system: System, schema: string, n: number, rate: n
   const t0 = tWarm + warm * interval; // when the first measured event was due
   const timeout = sleep(30_000).then(() => 'timeout' as const);
   const outcome = await Promise.race([allDone.then(() => 'ok' as const), timeout]);
+  const serverCpu1 = serverCpuSeconds();
+  const processCpu = process.cpuUsage(processCpu0);
   await stop();
   await endClients(clients);
   if (outcome === 'timeout') throw new Error(`${system.name}: latency run handled ${handled} of ${total} within 30 s of the last commit`);
@@ -154,6 +167,8 @@ export async function latency(system: System, schema: string, n: number, rate: n
     p99: percentile(lat, 99),
     max: Math.max(...lat),
     achievedRate: n / ((tSent - t0) / 1000),
+    serverCpuUsPerJob: serverCpu0 !== null && serverCpu1 !== null ? ((serverCpu1 - serverCpu0) * 1e6) / n : null,
+    processCpuUsPerJob: (processCpu.user + processCpu.system) / n,
   };
 }
 
