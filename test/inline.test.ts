@@ -460,6 +460,51 @@ describe('inline delivery on postgres', () => {
     expect(await v.jobs()).toEqual([]);
   });
 
+  test('a round whose COMMIT the server is slow to answer does not hold back an event committed meanwhile: it gets a round beside it', async () => {
+    // As a checkpoint's writes slow the WAL's flush: the round has delivered its events and waits
+    // for its COMMIT. A commit seen then waited for that COMMIT before its own round began: at 200
+    // events/s with a checkpoint under way beside a large update, events were delivered 120-140 ms
+    // after their commits, behind a round's COMMIT of ~130 ms.
+    const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50 } });
+    const v = views(target, bus.schema);
+    const ran = new Map([1, 2].map((n) => [n, deferred()]));
+    let first: string | undefined;
+    bus.on('order.created', 'ship', (event) => {
+      if (event.payload.n === 1) first = event.id;
+      ran.get(event.payload.n)!.resolve();
+    });
+    // The round that delivered the first event holds its transaction open after its statements,
+    // until released.
+    const transaction = bus.driver.transaction.bind(bus.driver);
+    const committing = deferred();
+    const release = deferred();
+    bus.driver.transaction = ((fn, options) => transaction(async (q, raw) => {
+      const result = await fn(q, raw);
+      if (first !== undefined && (result as { eventIds?: string[] } | undefined)?.eventIds?.includes(first)) {
+        committing.resolve();
+        await release.promise;
+      }
+      return result;
+    }, options)) as typeof bus.driver.transaction;
+    const roundsEnded = fannedEvents(bus);
+    await bus.start();
+    await recordAll(bus, [1]);
+    await ran.get(1)!.promise;
+    await committing.promise; // the first round has delivered and waits for its COMMIT
+    await recordAll(bus, [2]);
+    const outcome = await Promise.race([
+      ran.get(2)!.promise.then(() => 'delivered'),
+      new Promise((resolve) => setTimeout(() => resolve('held back behind the COMMIT'), 3000)),
+    ]);
+    expect(roundsEnded).not.toContain(first);
+    release.resolve();
+    expect(outcome).toBe('delivered');
+    await vi.waitFor(() => expect(roundsEnded).toContain(first));
+    // Both inline, each in its own round: no job rows.
+    await vi.waitFor(async () => expect((await v.events()).map((e) => e.delivered_inline)).toEqual([['ship'], ['ship']]));
+    expect(await v.jobs()).toEqual([]);
+  });
+
   test('an idle relay asks with one statement whether there is an event, opening no transaction; the next event is still delivered inline', async () => {
     const bus = await testBus(target, events, { instanceId: 'solo', relay: { inlineMs: 50, minPollMs: 2, maxPollMs: 10 } });
     const v = views(target, bus.schema);

@@ -19,7 +19,7 @@ export const DEFAULTS = {
     maxPollMs: 1000,
     /** A row that fails fan-out this many times is poisoned. */
     maxFanAttempts: 5,
-    /** Relay rounds at once in this process while a backlog drains. */
+    /** Relay rounds at once in this process while a backlog drains, or beside a waiting one (ROUND_BESIDE_AFTER_MS). */
     concurrency: 2,
     /**
      * Insert the handler jobs this process's worker has room for already claimed by it, and hand

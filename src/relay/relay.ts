@@ -62,19 +62,27 @@ export const LEAN_RETRY_ROUNDS = 16;
 
 /**
  * A commit seen while an inline round has waited this long for its deliveries (a slow handler
- * keeps it open, for up to inlineMs), or while the idle probe has been in flight this long (a
- * database that stalls), gets a round of its own beside it, within `concurrency`, instead of
- * waiting for it to end. Most inline rounds wait, and most probes take, well under a millisecond.
+ * keeps it open, for up to inlineMs) and then for its COMMIT (a WAL flush slowed by a
+ * checkpoint's writes), or while the idle probe has been in flight this long (a database that
+ * stalls), gets a round of its own beside it, within `concurrency`, instead of waiting for it to
+ * end. Most inline rounds wait, and most probes take, well under a millisecond. Not a round still
+ * in its statement: it may not have taken its snapshot yet, and then it takes the commit's events
+ * itself.
  */
 export const ROUND_BESIDE_AFTER_MS = 5;
 
 export class Relay {
   private readonly loop: PollLoop;
   private readonly drainers = new Set<Promise<void>>();
-  /** Inline rounds waiting for their deliveries, and since when; stop() ends their waits. */
-  private readonly waiting = new Map<InlineRound, number>();
-  /** When the idle probe in flight (eventClaimable) was sent; undefined when none is. */
-  private probingSince: number | undefined;
+  /** Inline rounds waiting for their deliveries; stop() ends their waits. */
+  private readonly waiting = new Set<InlineRound>();
+  /**
+   * What a commit seen now would otherwise wait for, and since when (performance.now()): inline
+   * rounds from the start of their wait for deliveries until their COMMIT is answered, and the
+   * idle probe in flight.
+   */
+  private readonly slow = new Map<object, number>();
+  private readonly probe = {};
   /** Set while a commit seen during a short wait is to be looked at again (roundBesideWaiting). */
   private besideTimer: NodeJS.Timeout | undefined;
   /**
@@ -139,14 +147,14 @@ export class Relay {
   }
 
   /**
-   * A commit was seen: if an inline round has waited ROUND_BESIDE_AFTER_MS for its deliveries, or
-   * the idle probe has been in flight that long (a database that stalls), run a round beside it
-   * now (SKIP LOCKED keeps it on other events: the ones just committed); if one waits but not that
-   * long yet, look again when it will have.
+   * A commit was seen: if an inline round has waited ROUND_BESIDE_AFTER_MS for its deliveries and
+   * its COMMIT, or the idle probe has been in flight that long (a database that stalls), run a
+   * round beside it now (SKIP LOCKED keeps it on other events: the ones just committed); if one
+   * waits but not that long yet, look again when it will have.
    */
   private roundBesideWaiting(): void {
-    if ((this.waiting.size === 0 && this.probingSince === undefined) || this.besideTimer) return;
-    const waited = performance.now() - Math.min(...this.waiting.values(), this.probingSince ?? Infinity);
+    if (this.slow.size === 0 || this.besideTimer) return;
+    const waited = performance.now() - Math.min(...this.slow.values());
     if (waited >= ROUND_BESIDE_AFTER_MS) {
       if (!this.spawnRound(true)) this.besideMissed = true;
       return;
@@ -163,7 +171,7 @@ export class Relay {
     this.besideTimer = undefined;
     this.running = false;
     this.stopping = true;
-    for (const round of this.waiting.keys()) round.stopWaiting();
+    for (const round of this.waiting) round.stopWaiting();
     await this.loop.stop();
     this.firstRoundEnded?.();
     this.firstRoundEnded = undefined;
@@ -221,12 +229,12 @@ export class Relay {
         // The probe holds none of the worker's room: a round started beside it, for a commit seen
         // while it is slow (roundBesideWaiting), needs that room for its inline deliveries.
         this.deps.handOff!.acceptHandOff(reservation, []);
-        this.probingSince = performance.now();
+        this.slow.set(this.probe, performance.now());
         let claimable: boolean;
         try {
           claimable = await this.driver.executor.eventClaimable();
         } finally {
-          this.probingSince = undefined;
+          this.slow.delete(this.probe);
         }
         if (!claimable) return 'none';
         reservation = reserve();
@@ -284,7 +292,10 @@ export class Relay {
         reserved = false;
         round = handOff.startInline(r.inline, leasedAt);
         if (this.stopping) round.stopWaiting();
-        this.waiting.set(round, performance.now());
+        // Until its COMMIT is answered (deleted once the transaction ends, below): its statement,
+        // and its snapshot, came before.
+        this.slow.set(round, performance.now());
+        this.waiting.add(round);
         try {
           await round.wait(this.options.inlineMs);
         } finally {
@@ -303,12 +314,14 @@ export class Relay {
         return r;
       }, { ownStatements: true }); // only rea's statements run in it: planned once per connection (BEGIN_OWN)
     } catch (err) {
+      if (round) this.slow.delete(round);
       if (reserved) handOff.acceptHandOff(reservation, []);
       if (round) handOff.endInline(round, false);
       if (this.driver.isTransientError(err)) throw err;
       this.deps.log.warn({ err: errorMessage(err) }, 'relay round failed; retrying its events one by one');
       return this.outcome(await this.rowByRow());
     }
+    this.slow.delete(round!);
     handOff.endInline(round!, true, retryAt);
     handOff.handOver(result.handedOff, leasedAt);
     // Running rows stay this worker's, discarded ones are done: neither waits in the queue.
