@@ -1,7 +1,7 @@
 // Fault injection: `rea run` worker processes against real PostgreSQL while a producer records
 // events at ~500/s (the rate asked for; the summary's producedPerSecond is the rate reached, far
-// less on a machine of two cores while the faults run); workers are killed with SIGKILL, PostgreSQL is restarted once and rea's
-// connections are terminated once. At the end every event must have exactly one transactional
+// less on a machine of two cores while the faults run); workers are killed with SIGKILL,
+// PostgreSQL is restarted once and rea's connections are terminated once. At the end every event must have exactly one transactional
 // effect and at least one plain effect, and no job may be stuck. `--short` is the CI mode.
 //
 // Alongside, on a schema of its own, a second group of workers (test/chaos/bus-lean.ts) takes
@@ -337,8 +337,9 @@ async function main(): Promise<void> {
   await sleep(AFTER_FAILOVER_MS);
   await Promise.all([ticks.stop(), leans.stop(), hooks.stop()]);
   const produceEnded = Date.now();
-  // The rates reached (the long transaction's events apart), against the ones asked for: on a machine whose cores the workers and
-  // PostgreSQL saturate while the faults run, the producers fall behind (the README says by how much).
+  // The rates reached (the long transaction's events apart), against the ones asked for: on a
+  // machine whose cores the workers and PostgreSQL saturate while the faults run, the producers
+  // fall behind (the README says by how much).
   const perSecond = (n: number) => Math.round(n / ((produceEnded - produceStarted) / 1000));
   const producedPerSecond = { ticks: perSecond(acknowledged.size - (longCommit?.committed.length ?? 0)), lean: perSecond(leans.acknowledged.size), webhooks: perSecond(hooks.acknowledged.size) };
   log(`producers stopped: ${acknowledged.size} + ${leans.acknowledged.size} (lean) acknowledged, ${ticks.ambiguous + leans.ambiguous} failed or ambiguous commits; ${hooks.acknowledged.size} for the webhook; `
