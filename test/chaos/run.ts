@@ -1,8 +1,9 @@
 // Fault injection: `rea run` worker processes against real PostgreSQL while a producer records
 // events at ~500/s (the rate asked for; the summary's producedPerSecond is the rate reached, far
 // less on a machine of two cores while the faults run); workers are killed with SIGKILL,
-// PostgreSQL is restarted once and rea's connections are terminated once. At the end every event must have exactly one transactional
-// effect and at least one plain effect, and no job may be stuck. `--short` is the CI mode.
+// PostgreSQL is restarted once and rea's connections are terminated once. At the end every event
+// must have exactly one transactional effect and at least one plain effect, and no job may be
+// stuck. `--short` is the CI mode.
 //
 // Alongside, on a schema of its own, a second group of workers (test/chaos/bus-lean.ts) takes
 // ~200 events/s whose only handler is a plain one, so their rounds run the lean inline path (the
@@ -55,9 +56,9 @@ const LEAN_RATE = 200;
 const LEAN_WORKERS = 2;
 /**
  * Events a second of the type only a webhook endpoint takes (its receiver is in main()). A
- * delivery costs far more than a handler's job (an HTTP request, its signature, an attempt row), and the two cores
- * are already saturated while the faults run (the ticks' producer reaches ~230/s of its 500, one
- * short run here): at 20/s the ticks made ~200/s.
+ * delivery costs far more than a handler's job (an HTTP request, its signature, an attempt row),
+ * and the two cores are already saturated while the faults run: the other producers fall short of
+ * their rates (the summary's producedPerSecond; the README gives the range).
  */
 const HOOK_RATE = 20;
 /** How long the producers go on after the failover: the events the workers must deliver over new connections. */
